@@ -1,0 +1,234 @@
+"""
+The training configuration: one typed schema with every setting and its default.
+
+A config file in config/ is plain Python that only assigns values, e.g.
+
+    n_layer = 12
+    learning_rate = 6e-4
+
+`python train.py config/x.py --key=value ...` applies the file, then the
+overrides. Unknown keys and values of the wrong type stop the run before any
+work, naming the key and the nearest valid one.
+"""
+
+import ast
+import dataclasses
+import difflib
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainConfig:
+    # ---- output and run identity
+    out_dir: str = "out"  # checkpoints, config.json and metrics.jsonl go here
+    seed: int = 1337  # fixes init, data order and the validation windows
+    init_from: str = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
+
+    # ---- data: token shards in data_dir (default data/<dataset>/), *_train_*.bin and *_val_*.bin
+    dataset: str = "openwebtext"
+    data_dir: str = ""
+
+    # ---- model (see model.py); `model` names a preset, n_layer/n_head/n_embd override it
+    model: str = "small"  # small | medium | large | xl
+    n_layer: int = 0  # 0: from the preset
+    n_head: int = 0
+    n_embd: int = 0
+    block_size: int = 1024
+    vocab_size: int = 50304
+    dropout: float = 0.0
+    bias: bool = True
+    scale_attn_by_inverse_layer_idx: bool = False
+
+    # ---- batch: the GLOBAL batch in tokens; gradient accumulation is derived
+    # as total_batch_size / (micro_batch_size * block_size * world_size).
+    total_batch_size: int = 480 * 1024
+    micro_batch_size: int = 16  # sequences per device per micro-step
+
+    # ---- run length: max_tokens, when set, wins (max_iters = ceil(max_tokens / total_batch_size))
+    max_iters: int = 100_000
+    max_tokens: int = 0
+
+    # ---- optimizer (built by optim.build_optimizer)
+    optimizer: str = "adamw"  # adamw | mars | muon
+    learning_rate: float = 6e-4  # peak lr of the main (2-D) parameter group
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # global-norm clipping; 0 disables
+    # The other (1-D) parameters of MARS and Muon take AdamW with these settings.
+    lr_1d: float = 3e-3
+    beta1_1d: float = 0.9
+    beta2_1d: float = 0.95
+    weight_decay_1d: float = 0.1
+    # MARS
+    mars_type: str = "mars-adamw"  # mars-adamw | mars-lion | mars-shampoo
+    gamma: float = 0.025
+    is_approx: bool = True
+    optimize_1d: bool = False
+    amsgrad: bool = False
+    # Muon
+    muon_momentum: float = 0.95
+    muon_nesterov: bool = True
+    muon_embeddings_on_adamw: bool = False  # the now-recommended split; the paper puts them on Muon
+
+    # ---- learning-rate schedule: cosine | constant | wsd (warmup-stable-decay)
+    lr_schedule: str = "cosine"
+    warmup_iters: int = 2000
+    lr_decay_iters: int = 0  # cosine: decays until here (0: max_iters)
+    min_lr: float = 6e-5  # absolute lr of the main group at the end of decay
+    wsd_decay_frac: float = 0.2  # wsd: fraction of the run spent decaying linearly to min_lr
+
+    # ---- evaluation, logging, checkpoints
+    eval_interval: int = 1000
+    eval_sequences: int = 200  # fixed validation windows (the same every eval and every run)
+    eval_only: bool = False
+    log_interval: int = 10  # also the cadence of NaN and stop-signal checks
+    ckpt_interval: int = 0  # save ckpt.pt every this many steps (0: at each eval)
+    sample_tokens: int = 0  # at the end, print a sample of this many tokens
+    wandb_log: bool = False
+    wandb_project: str = "mars-gpt2"
+    wandb_run_name: str = ""
+
+    # ---- system
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
+    compile: bool = False
+    peak_flops: float = 0.0  # for MFU; 0: guessed from the GPU's name
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_values(self)
+
+    def model_args(self) -> dict[str, typing.Any]:
+        """GPTConfig arguments: the preset, then any explicit n_layer/n_head/n_embd."""
+        from model import PRESETS
+
+        args = dict(PRESETS[self.model])
+        for key in ("n_layer", "n_head", "n_embd"):
+            if getattr(self, key):
+                args[key] = getattr(self, key)
+        args.update(
+            block_size=self.block_size, vocab_size=self.vocab_size, dropout=self.dropout, bias=self.bias,
+            scale_attn_by_inverse_layer_idx=self.scale_attn_by_inverse_layer_idx,
+        )
+        return args
+
+    def grad_accum_steps(self, world_size: int) -> int:
+        per_micro_step = self.micro_batch_size * self.block_size * world_size
+        if self.total_batch_size % per_micro_step:
+            raise ConfigError(
+                f"total_batch_size={self.total_batch_size} tokens is not a multiple of micro_batch_size * "
+                f"block_size * world_size = {self.micro_batch_size} * {self.block_size} * {world_size} = "
+                f"{per_micro_step}; change total_batch_size or micro_batch_size"
+            )
+        return self.total_batch_size // per_micro_step
+
+    def total_iters(self) -> int:
+        if self.max_tokens:
+            return math.ceil(self.max_tokens / self.total_batch_size)
+        return self.max_iters
+
+    def to_dict(self) -> dict[str, typing.Any]:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the key and the fix."""
+
+
+CHOICES = {
+    "init_from": ("scratch", "resume"),
+    "model": ("small", "medium", "large", "xl"),
+    "optimizer": ("adamw", "mars", "muon"),
+    "mars_type": ("mars-adamw", "mars-lion", "mars-shampoo"),
+    "lr_schedule": ("cosine", "constant", "wsd"),
+    "dtype": ("auto", "bfloat16", "float16", "float32"),
+}
+
+
+def _check_types(cfg: TrainConfig) -> None:
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(cfg):
+        value, expected = getattr(cfg, f.name), hints[f.name]
+        ok = isinstance(value, expected) and not (expected is not bool and isinstance(value, bool))
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True  # an int where a float is expected is fine (lr = 1 means 1.0)
+        if not ok:
+            raise ConfigError(
+                f"config key '{f.name}' must be {expected.__name__}, got {value!r} ({type(value).__name__})"
+            )
+        if expected is float and isinstance(value, int):
+            object.__setattr__(cfg, f.name, float(value))
+
+
+def _check_values(cfg: TrainConfig) -> None:
+    for key, allowed in CHOICES.items():
+        if getattr(cfg, key) not in allowed:
+            raise ConfigError(f"config key '{key}' is {getattr(cfg, key)!r}; choose one of {', '.join(allowed)}")
+    if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
+        raise ConfigError(f"config key 'device' is {cfg.device!r}; use auto, cpu, cuda or cuda:N")
+    for key in ("total_batch_size", "micro_batch_size", "block_size", "eval_interval", "log_interval",
+                "eval_sequences", "vocab_size"):
+        if getattr(cfg, key) <= 0:
+            raise ConfigError(f"config key '{key}' must be positive, got {getattr(cfg, key)}")
+    if cfg.total_iters() <= 0:
+        raise ConfigError("the run has no steps: set max_iters or max_tokens to a positive value")
+
+
+def _suggest(key: str) -> str:
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _parse_override(arg: str) -> tuple[str, typing.Any]:
+    if not arg.startswith("--") or "=" not in arg:
+        raise ConfigError(f"cannot read argument {arg!r}: overrides are written --key=value")
+    key, text = arg[2:].split("=", 1)
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = text  # a bare string such as --dataset=fineweb-edu
+    return key, value
+
+
+def read_config_file(path: str) -> dict[str, typing.Any]:
+    """The assignments a config file makes (its module-level names not starting with '_')."""
+    try:
+        with open(path) as f:
+            source = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from e
+    namespace: dict[str, typing.Any] = {}
+    exec(compile(source, path, "exec"), namespace)
+    return {
+        k: v for k, v in namespace.items()
+        if not k.startswith("_") and not isinstance(v, types.ModuleType)
+    }
+
+
+def load_config(argv: list[str], base: dict[str, typing.Any] | None = None) -> TrainConfig:
+    """Build the config from [config_file.py] [--key=value ...]; base values come first."""
+    values: dict[str, typing.Any] = dict(base or {})
+    for arg in argv:
+        if arg.startswith("--"):
+            key, value = _parse_override(arg)
+            values[key] = value
+        else:
+            values.update(read_config_file(arg))
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key in values:
+        if key not in names:
+            raise ConfigError(f"unknown config key '{key}'{_suggest(key)}")
+    return TrainConfig(**values)
+
+
+def config_to_json(cfg: TrainConfig, **extra: typing.Any) -> str:
+    return json.dumps({"config": cfg.to_dict(), **extra}, indent=2, sort_keys=True)
+
+

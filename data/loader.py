@@ -1,0 +1,85 @@
+"""
+Batches of token windows from a split's memory-mapped shards.
+
+Training batches are random windows (as nanoGPT and the official MARS code
+sample them), and the global batch of step t depends only on (seed, t): each
+rank takes its slice of it, each micro-step a slice of that. So a run sees the
+same data whatever its world size or micro-batch size, and resuming at step t
+needs nothing but t. Validation uses a fixed set of evenly spaced windows,
+the same at every evaluation and in every run.
+"""
+
+import glob
+import os
+
+import numpy as np
+import torch
+
+from data.shards import open_shard
+
+
+class TokenWindows:
+    """Windows of block_size + 1 tokens (inputs and shifted targets) over a split's shards."""
+
+    def __init__(self, data_dir: str, split: str, block_size: int):
+        self.paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
+        if not self.paths:
+            raise FileNotFoundError(
+                f"no '{split}' token shards (*_{split}_*.bin) in {data_dir}; prepare the dataset first "
+                "(python data/prepare.py <name>, or data/quickstart.py for the quickstart corpus)"
+            )
+        self.block_size = block_size
+        self.shards = [open_shard(p) for p in self.paths]
+        # A window may start anywhere that leaves block_size + 1 tokens in its shard.
+        windows_per_shard = np.array([max(len(s) - block_size, 0) for s in self.shards], dtype=np.int64)
+        if windows_per_shard.sum() == 0:
+            raise ValueError(f"the '{split}' shards in {data_dir} hold no window of block_size + 1 = "
+                             f"{block_size + 1} tokens; lower block_size or prepare more data")
+        self.window_offsets = np.concatenate([[0], np.cumsum(windows_per_shard)])
+        self.num_windows = int(self.window_offsets[-1])
+
+    def fingerprint(self) -> list[tuple[str, int]]:
+        """Shard names and sizes, stored in checkpoints so a resume notices changed data."""
+        return [(os.path.basename(p), len(s)) for p, s in zip(self.paths, self.shards)]
+
+    def gather(self, window_ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets (int64, shape (len(window_ids), block_size)) for global window ids."""
+        shard_ids = np.searchsorted(self.window_offsets, window_ids, side="right") - 1
+        rows = np.empty((len(window_ids), self.block_size + 1), dtype=np.int64)
+        for row, (shard, start) in enumerate(zip(shard_ids, window_ids - self.window_offsets[shard_ids])):
+            rows[row] = self.shards[shard][start : start + self.block_size + 1]
+        rows = torch.from_numpy(rows)
+        return rows[:, :-1], rows[:, 1:]
+
+
+class TrainBatches:
+    """Step-indexed random training batches, sliced per rank and micro-step."""
+
+    def __init__(self, windows: TokenWindows, seed: int, sequences_per_step: int):
+        self.windows = windows
+        self.seed = seed
+        self.sequences_per_step = sequences_per_step
+
+    def step_window_ids(self, step: int) -> np.ndarray:
+        """The global batch of a step: a function of (seed, step) alone."""
+        rng = np.random.default_rng([self.seed, step])
+        return rng.integers(0, self.windows.num_windows, size=self.sequences_per_step)
+
+    def micro_batch(
+        self, step: int, micro_step: int, micro_batch_size: int, rank: int, world_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        per_rank = self.sequences_per_step // world_size
+        first = rank * per_rank + micro_step * micro_batch_size
+        return self.windows.gather(self.step_window_ids(step)[first : first + micro_batch_size])
+
+
+def validation_window_ids(windows: TokenWindows, count: int) -> np.ndarray:
+    """count evenly spaced windows over the split: the fixed validation set."""
+    return np.unique(np.linspace(0, windows.num_windows - 1, num=count).astype(np.int64))
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Pinned, non-blocking host-to-device copies on CUDA."""
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)

@@ -1,0 +1,77 @@
+"""
+The GPT-2 BPE through tiktoken, resolved offline where it has to be.
+
+Everything in the project that tokenises calls get_encoding(). tiktoken's
+'r50k_base' is GPT-2's BPE (same ranks, same split pattern, <|endoftext|> =
+50256) stored in ONE file, so it is the encoding we load. Where it comes from,
+in order:
+  1. tiktoken's own cache or download (TIKTOKEN_CACHE_DIR is honoured by tiktoken);
+  2. the openai-whisper source distribution from the package index (pip
+     download: works on clusters that reach only a PyPI mirror), which ships
+     the byte-identical file whisper/assets/gpt2.tiktoken; its sha256 is checked
+     against tiktoken's pin and it is put where tiktoken's cache looks.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+import tiktoken
+
+EOT_TOKEN = 50256  # <|endoftext|>, the document delimiter
+R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+
+HOW_TO_SUPPLY = (
+    "Cannot load the GPT-2 BPE (tiktoken 'r50k_base'): tiktoken could not download it and the "
+    "openai-whisper sdist could not be fetched from the package index. Supply it by hand: put the "
+    f"file r50k_base.tiktoken (sha256 {R50K_SHA256}; openai-whisper ships it as "
+    "whisper/assets/gpt2.tiktoken) into a folder under the name "
+    f"{hashlib.sha1(R50K_URL.encode()).hexdigest()} and set TIKTOKEN_CACHE_DIR to that folder."
+)
+
+
+def tiktoken_cache_dir() -> str:
+    """Where tiktoken looks for cached vocabularies (mirrors tiktoken.load)."""
+    return os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), "data-gym-cache"
+    )
+
+
+def _fetch_from_whisper_sdist() -> None:
+    """Copy gpt2.tiktoken out of the openai-whisper sdist into tiktoken's cache."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+             "--dest", tmp, "openai-whisper"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300,
+        )
+        (archive,) = [os.path.join(tmp, n) for n in os.listdir(tmp) if n.endswith(".tar.gz")]
+        with tarfile.open(archive) as tar:
+            (member,) = [m for m in tar.getmembers() if m.name.endswith("whisper/assets/gpt2.tiktoken")]
+            data = tar.extractfile(member).read()
+    if hashlib.sha256(data).hexdigest() != R50K_SHA256:
+        raise ValueError("gpt2.tiktoken in the openai-whisper sdist does not have r50k_base's sha256")
+    cache_dir = tiktoken_cache_dir()
+    os.makedirs(cache_dir, exist_ok=True)
+    target = os.path.join(cache_dir, hashlib.sha1(R50K_URL.encode()).hexdigest())
+    with open(target + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(target + ".tmp", target)
+
+
+def get_encoding() -> tiktoken.Encoding:
+    """The GPT-2 BPE, from tiktoken's cache/download or else the openai-whisper sdist."""
+    try:
+        return tiktoken.get_encoding("r50k_base")
+    except Exception as download_error:
+        print(f"tiktoken could not load r50k_base ({type(download_error).__name__}); "
+              "fetching it from the openai-whisper sdist on the package index", file=sys.stderr)
+    try:
+        _fetch_from_whisper_sdist()
+        return tiktoken.get_encoding("r50k_base")
+    except Exception as e:
+        raise RuntimeError(f"{HOW_TO_SUPPLY} (last error: {e})") from e
