@@ -49,7 +49,7 @@ class TokenWindows:
         for row, (shard, start) in enumerate(zip(shard_ids, window_ids - self.window_offsets[shard_ids])):
             rows[row] = self.shards[shard][start : start + self.block_size + 1]
         rows = torch.from_numpy(rows)
-        return rows[:, :-1], rows[:, 1:]
+        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
 class TrainBatches:

@@ -1,0 +1,21 @@
+# A small GPT on the standard-library corpus (python data/quickstart.py), on CPU in a few minutes.
+out_dir = "out/quickstart"
+dataset = "stdlib"
+device = "cpu"
+n_layer = 4
+n_head = 4
+n_embd = 128
+block_size = 128
+dropout = 0.0
+micro_batch_size = 16
+total_batch_size = 16 * 128  # tokens per optimizer step
+max_iters = 300
+optimizer = "adamw"
+learning_rate = 2e-3
+min_lr = 2e-4
+warmup_iters = 30
+weight_decay = 0.1
+eval_interval = 100
+eval_sequences = 128
+log_interval = 25
+sample_tokens = 120
