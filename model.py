@@ -132,10 +132,11 @@ class GPT(nn.Module):
         return n
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, all_logits: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits and the mean cross-entropy against targets. Without targets
-        only the last position's logits are computed (for generation)."""
+        only the last position's logits are computed (for generation), unless
+        all_logits asks for every position's (for scoring continuations)."""
         b, t = idx.size()
         if t > self.config.block_size:
             raise ValueError(f"sequence of length {t} is longer than block_size {self.config.block_size}")
@@ -145,9 +146,9 @@ class GPT(nn.Module):
             x = block(x)
         x = self.transformer.ln_f(x)
         if targets is None:
-            return self.lm_head(x[:, [-1], :]), None
+            return self.lm_head(x if all_logits else x[:, [-1], :]), None
         logits = self.lm_head(x)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def flops_per_token(self) -> int:

@@ -154,7 +154,11 @@ def train(cfg: TrainConfig) -> None:
         changed = {k: (v, cfg.to_dict()[k]) for k, v in ckpt["config"].items() if k != "init_from" and cfg.to_dict().get(k) != v}
         log(f"resuming {ckpt_path} at step {ckpt['step']}" + (f"; config changes (old, new): {changed}" if changed else ""))
         model.load_state_dict(ckpt["model"])
+        # The moments come from the checkpoint, the hyperparameters from the config (as printed above).
+        hyperparameters = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         optimizer.load_state_dict(ckpt["optimizer"])
+        for group, fresh in zip(optimizer.param_groups, hyperparameters):
+            group.update(fresh)
         scaler.load_state_dict(ckpt["scaler"])
         step, best_val_loss = ckpt["step"], ckpt["best_val_loss"]
         rng_states = ckpt["rng"]

@@ -1,0 +1,65 @@
+"""Shared test fixtures: the repo on sys.path, offline settings, a tiny token dataset, and a
+runner for train.py (in a subprocess, single process or under torchrun)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
+os.environ.setdefault("WANDB_MODE", "offline")
+
+from data.shards import write_shard  # noqa: E402
+
+# A model small enough that a train.py run takes seconds on CPU.
+TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--bias=True"]
+
+
+def patterned_tokens(rng: np.random.Generator, count: int) -> np.ndarray:
+    """Learnable text: runs of arithmetic progressions mod 97, each started at random."""
+    out = []
+    while sum(len(r) for r in out) < count:
+        start, stride, length = rng.integers(0, 97), rng.integers(1, 5), rng.integers(8, 40)
+        out.append((start + stride * np.arange(length)) % 97)
+    return np.concatenate(out)[:count].astype(np.uint16)
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory) -> str:
+    """Two train shards and one val shard of patterned tokens."""
+    folder = tmp_path_factory.mktemp("tiny_data")
+    rng = np.random.default_rng(0)
+    write_shard(str(folder / "tiny_train_000001.bin"), patterned_tokens(rng, 30_000))
+    write_shard(str(folder / "tiny_train_000002.bin"), patterned_tokens(rng, 20_000))
+    write_shard(str(folder / "tiny_val_000000.bin"), patterned_tokens(rng, 5_000))
+    return str(folder)
+
+
+def tiny_run_args(data_dir: str, out_dir: str, **overrides) -> list[str]:
+    """train.py arguments for a tiny CPU run; keyword overrides replace the defaults."""
+    settings = dict(
+        data_dir=data_dir, out_dir=out_dir, device="cpu", total_batch_size=8 * 32, micro_batch_size=8,
+        max_iters=12, warmup_iters=2, learning_rate=3e-3, min_lr=3e-4, eval_interval=6, eval_sequences=16,
+        log_interval=2, seed=7,
+    )
+    settings.update(overrides)
+    return TINY_MODEL + [f"--{k}={v}" for k, v in settings.items()]
+
+
+def run_train(args: list[str], nproc: int = 0, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run train.py (under torchrun with nproc processes when nproc > 0) and return the finished process."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if nproc:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    else:
+        command = [sys.executable]
+    proc = subprocess.run(command + [str(REPO / "train.py")] + args, capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc

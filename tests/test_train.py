@@ -1,0 +1,169 @@
+"""train.py end to end on a tiny model: learning, accumulation, DDP, resume, preemption, failures."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, run_train, tiny_run_args
+from config import TrainConfig
+from train import lr_multiplier, save_checkpoint
+
+
+def read_metrics(out_dir, kind: str) -> list[dict]:
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return [row for row in map(json.loads, f) if row["type"] == kind]
+
+
+def load_weights(out_dir) -> dict:
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)["model"]
+
+
+def test_training_lowers_loss_and_writes_outputs(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=30, eval_interval=10))
+    val = read_metrics(out, "val")
+    assert [r["step"] for r in val] == [0, 10, 20, 30]
+    assert val[-1]["val_loss"] < val[0]["val_loss"] - 2.0  # starts near ln(50304) = 10.8
+    train = read_metrics(out, "train")
+    assert all(k in train[0] for k in ("loss", "lr", "grad_norm", "clip_rate", "tokens_per_s", "ms_per_step"))
+    info = json.load(open(os.path.join(out, "config.json")))
+    assert info["config"]["max_iters"] == 30 and info["code_version"] and info["grad_accum_steps"] == 1
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    assert ckpt["step"] == 30 and ckpt["tokens_seen"] == 30 * 256 and ckpt["config"]["seed"] == 7
+    assert ckpt["best_val_loss"] == pytest.approx(min(r["val_loss"] for r in val))
+
+
+def test_gradient_accumulation_equals_one_big_batch(tiny_dataset, tmp_path):
+    # The same global batch as 1 micro-step of 8 or 4 micro-steps of 2: same gradients, so the
+    # same weights after a few steps (to float rounding; SGD-like first steps amplify nothing here).
+    outs = []
+    for micro in (8, 2):
+        out = str(tmp_path / f"micro{micro}")
+        run_train(tiny_run_args(tiny_dataset, out, micro_batch_size=micro, max_iters=3, grad_clip=0.0))
+        outs.append(load_weights(out))
+    for name in outs[0]:
+        torch.testing.assert_close(outs[0][name], outs[1][name], rtol=1e-4, atol=2e-6)
+
+
+def test_gradient_accumulation_gradients_directly(tiny_dataset):
+    from data.loader import TokenWindows, TrainBatches
+    from model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=32, n_layer=2, n_head=2, n_embd=32))
+    batches = TrainBatches(TokenWindows(tiny_dataset, "train", 32), seed=1, sequences_per_step=8)
+
+    def grads(micro: int) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        for m in range(8 // micro):
+            x, y = batches.micro_batch(0, m, micro, rank=0, world_size=1)
+            (model(x, y)[1] / (8 // micro)).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    for a, b in zip(grads(8), grads(2)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_two_process_ddp_matches_one_process(tiny_dataset, tmp_path):
+    single, ddp = str(tmp_path / "single"), str(tmp_path / "ddp")
+    run_train(tiny_run_args(tiny_dataset, single, micro_batch_size=4, max_iters=8))
+    run_train(tiny_run_args(tiny_dataset, ddp, micro_batch_size=2, max_iters=8), nproc=2)
+    a, b = read_metrics(single, "train"), read_metrics(ddp, "train")
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b):
+        assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4)
+    for ra, rb in zip(read_metrics(single, "val"), read_metrics(ddp, "val")):
+        assert ra["val_loss"] == pytest.approx(rb["val_loss"], rel=1e-4)
+    info = json.load(open(os.path.join(ddp, "config.json")))
+    assert info["world_size"] == 2 and info["grad_accum_steps"] == 2
+
+
+def test_resume_is_bit_exact(tiny_dataset, tmp_path):
+    straight, halves = str(tmp_path / "straight"), str(tmp_path / "halves")
+    common = dict(lr_decay_iters=12, eval_interval=4, dropout=0.1)  # the schedule must not depend on max_iters
+    run_train(tiny_run_args(tiny_dataset, straight, max_iters=12, **common))
+    run_train(tiny_run_args(tiny_dataset, halves, max_iters=6, **common))
+    with pytest.raises(AssertionError, match="already exists"):  # a new run never overwrites a checkpoint
+        run_train(tiny_run_args(tiny_dataset, halves, max_iters=12, **common))
+    run_train(tiny_run_args(tiny_dataset, halves, max_iters=12, init_from="resume", **common))
+    a, b = load_weights(straight), load_weights(halves)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    sa = torch.load(os.path.join(straight, "ckpt.pt"), weights_only=True)["optimizer"]["state"]
+    sb = torch.load(os.path.join(halves, "ckpt.pt"), weights_only=True)["optimizer"]["state"]
+    assert all(torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"]) for i in sa)
+
+
+def test_interrupted_checkpoint_write_leaves_previous_loadable(tmp_path, monkeypatch):
+    path = str(tmp_path / "ckpt.pt")
+    save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
+
+    def crash_mid_write(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", crash_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
+    monkeypatch.undo()
+    state = torch.load(path, weights_only=True)
+    assert state["step"] == 1 and torch.equal(state["w"], torch.ones(3))
+
+
+def test_sigterm_saves_a_checkpoint_and_the_run_resumes(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    args = tiny_run_args(tiny_dataset, out, max_iters=100000, eval_interval=100000, log_interval=1)
+    proc = subprocess.Popen([sys.executable, str(REPO / "train.py")] + args, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
+    for line in proc.stdout:  # wait until training is under way
+        if line.startswith("step 3/"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output
+    assert "stopped by SIGTERM" in output
+    step = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"]
+    assert step >= 3
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=step + 2, init_from="resume", eval_interval=100000))
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == step + 2
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=4))
+    before = open(os.path.join(out, "ckpt.pt"), "rb").read()
+    # An absurd learning rate blows the weights up: the loss turns inf/NaN within a few steps.
+    proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=40, init_from="resume", learning_rate=1e30,
+                                   grad_clip=0.0, eval_interval=2), check=False)
+    assert proc.returncode != 0
+    assert "training loss is nan" in proc.stderr and "ckpt.pt still holds the last good state" in proc.stderr
+    assert open(os.path.join(out, "ckpt.pt"), "rb").read() == before
+
+
+def test_bad_config_and_missing_data_fail_before_any_work(tiny_dataset, tmp_path):
+    proc = run_train(tiny_run_args(tiny_dataset, str(tmp_path / "a"), lerning_rate=1.0), check=False)
+    assert proc.returncode != 0 and "'lerning_rate'" in proc.stderr and "'learning_rate'" in proc.stderr
+    proc = run_train(tiny_run_args(str(tmp_path / "nowhere"), str(tmp_path / "b")), check=False)
+    assert proc.returncode != 0 and "no 'train' token shards" in proc.stderr
+    proc = run_train(tiny_run_args(tiny_dataset, str(tmp_path / "c"), micro_batch_size=3), check=False)
+    assert proc.returncode != 0 and "not a multiple" in proc.stderr
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "c")
+
+
+def test_lr_schedules():
+    cfg = TrainConfig(learning_rate=1.0, min_lr=0.1, warmup_iters=10, max_iters=110)
+    assert lr_multiplier(0, cfg, 110) == 0 and lr_multiplier(5, cfg, 110) == 0.5
+    assert lr_multiplier(10, cfg, 110) == 1.0
+    assert lr_multiplier(60, cfg, 110) == pytest.approx(0.55)  # halfway through the cosine
+    assert lr_multiplier(110, cfg, 110) == pytest.approx(0.1) and lr_multiplier(500, cfg, 110) == pytest.approx(0.1)
+    wsd = TrainConfig(learning_rate=1.0, min_lr=0.0, warmup_iters=10, lr_schedule="wsd", wsd_decay_frac=0.2)
+    assert lr_multiplier(50, wsd, 110) == 1.0 and lr_multiplier(88, wsd, 110) == 1.0
+    assert lr_multiplier(99, wsd, 110) == pytest.approx(0.5)
+    assert lr_multiplier(1000, TrainConfig(lr_schedule="constant", warmup_iters=0), 10) == 1.0
