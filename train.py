@@ -151,7 +151,9 @@ def train(cfg: TrainConfig) -> None:
         if [list(x) for x in ckpt["data_fingerprint"]] != [list(x) for x in train_windows.fingerprint()]:
             raise ConfigError(f"the training shards in {data_dir} differ from those {ckpt_path} was trained on; "
                               "resuming on other data would not continue the run")
-        changed = {k: (v, cfg.to_dict()[k]) for k, v in ckpt["config"].items() if k != "init_from" and cfg.to_dict().get(k) != v}
+        new_values = cfg.to_dict()
+        changed = {k: (v, new_values.get(k)) for k, v in ckpt["config"].items()
+                   if k != "init_from" and new_values.get(k) != v}
         log(f"resuming {ckpt_path} at step {ckpt['step']}" + (f"; config changes (old, new): {changed}" if changed else ""))
         model.load_state_dict(ckpt["model"])
         # The moments come from the checkpoint, the hyperparameters from the config (as printed above).
@@ -226,6 +228,12 @@ def train(cfg: TrainConfig) -> None:
         totals = all_reduce_sum(torch.stack([loss_sum, torch.tensor(float(len(val_ids)), device=device)]))
         return (totals[0] / totals[1]).item()
 
+    hellaswag_examples = []
+    if cfg.hellaswag_interval:
+        from eval.hellaswag import evaluate_hellaswag, load_hellaswag
+
+        hellaswag_examples = load_hellaswag(cfg.hellaswag_file or None)[: cfg.hellaswag_examples or None]
+
     def forward_backward(batch_step: int) -> torch.Tensor:
         """Gradients of the global batch of batch_step in p.grad; returns the mean loss (on device).
         DDP all-reduces gradients only on the last micro-step."""
@@ -296,13 +304,20 @@ def train(cfg: TrainConfig) -> None:
     while True:
         last_step = step == total_iters
         pause_start = time.time()  # evaluation and checkpoints are left out of tokens/s
-        if (step % cfg.eval_interval == 0 or last_step) and not (resume and step == start_step):
+        evaluate_now = not (resume and step == start_step)  # a resumed step was evaluated before it was saved
+        if evaluate_now and (step % cfg.eval_interval == 0 or last_step):
             val_loss = evaluate()
             if not math.isfinite(val_loss):
                 raise FloatingPointError(f"validation loss is {val_loss} at step {step}; {ckpt_path} is untouched")
             best_val_loss = min(best_val_loss, val_loss)
             log(f"step {step}: val loss {val_loss:.4f}")
             write_metrics(dict(type="val", step=step, tokens=step * cfg.total_batch_size, val_loss=val_loss,
+                               time=time.time()))
+        if evaluate_now and hellaswag_examples and (step % cfg.hellaswag_interval == 0 or last_step):
+            scores = evaluate_hellaswag(raw_model, hellaswag_examples, str(device), autocast,
+                                        cfg.micro_batch_size, rank, world_size)
+            log(f"step {step}: hellaswag acc_norm {scores['acc_norm']:.4f} ({scores['count']} examples)")
+            write_metrics(dict(type="hellaswag", step=step, tokens=step * cfg.total_batch_size, **scores,
                                time=time.time()))
         stop_now = last_step or stop_requested
         if step > start_step and (step % ckpt_interval == 0 or stop_now):

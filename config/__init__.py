@@ -90,6 +90,9 @@ class TrainConfig:
     log_interval: int = 10  # also the cadence of NaN and stop-signal checks
     ckpt_interval: int = 0  # save ckpt.pt every this many steps (0: at each eval)
     sample_tokens: int = 0  # at the end, print a sample of this many tokens
+    hellaswag_interval: int = 0  # zero-shot HellaSwag acc_norm every this many steps (0: never)
+    hellaswag_file: str = ""  # local HellaSwag validation jsonl ("": download from the hub)
+    hellaswag_examples: int = 0  # score only the first this many examples (0: all 10042)
     wandb_log: bool = False
     wandb_project: str = "mars-gpt2"
     wandb_run_name: str = ""

@@ -167,3 +167,17 @@ def test_lr_schedules():
     assert lr_multiplier(50, wsd, 110) == 1.0 and lr_multiplier(88, wsd, 110) == 1.0
     assert lr_multiplier(99, wsd, 110) == pytest.approx(0.5)
     assert lr_multiplier(1000, TrainConfig(lr_schedule="constant", warmup_iters=0), 10) == 1.0
+
+
+def test_hellaswag_in_the_loop(tiny_dataset, tmp_path):
+    examples = [dict(ind=i, activity_label="Cooking", ctx_a="A man cracks an egg into a bowl.", ctx_b="he",
+                     ctx="", endings=["whisks it.", "flies away [title] now.", "sings.", "eats the bowl."],
+                     label=i % 4, split="val", source_id=f"x{i}") for i in range(6)]
+    path = tmp_path / "hellaswag.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in examples))
+    out = str(tmp_path / "run")
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=4, hellaswag_interval=2, hellaswag_file=str(path),
+                            hellaswag_examples=5))
+    rows = read_metrics(out, "hellaswag")
+    assert [r["step"] for r in rows] == [0, 2, 4] and all(r["count"] == 5 for r in rows)
+    assert all(0.0 <= r["acc_norm"] <= 1.0 and r["acc"] * 5 == round(r["acc"] * 5) for r in rows)
