@@ -1,0 +1,185 @@
+"""
+Export a checkpoint as a Hugging Face GPT2LMHeadModel folder:
+
+    python -m eval.export_hf --checkpoint out/run/ckpt.pt --out hf/
+
+writes config.json, model.safetensors and the GPT-2 tokenizer (vocab.json,
+merges.txt, tokenizer.json, ...) rebuilt from tiktoken's ranks, so that
+transformers.AutoModelForCausalLM / AutoTokenizer and `lm_eval --model hf
+--model_args pretrained=hf/` load it.
+
+How our model maps onto GPT-2:
+- Same parameter names; GPT-2's attention and MLP projections are Conv1D, which
+  store the weight as (in, out), so those Linear weights are transposed.
+- lm_head is tied to wte in both; the file stores wte only (tie_word_embeddings).
+- vocab_size stays 50304, the padded size we trained: the tokenizer has 50257
+  tokens and never produces the 47 extra ids, so logits over real tokens are
+  unchanged, and the softmax keeps the same (padded) normaliser as in training
+  and in our evaluators.
+- scale_attn_by_inverse_layer_idx is GPT2Config's field of the same name.
+- bias=False: GPT-2 always has biases, so zero biases are written. That is exact,
+  not an approximation: a Linear or LayerNorm with a zero bias computes what the
+  bias-free one does.
+- Anything GPT2Config cannot express makes the export fail rather than write a
+  model that computes something else (see check_expressible).
+"""
+
+import argparse
+import json
+import os
+from dataclasses import fields
+
+import torch
+from safetensors.torch import save_file
+
+from data.tokenizer import EOT_TOKEN, get_encoding
+from model import GPT, GPTConfig
+
+# Linear weights that GPT-2 keeps in Conv1D layout (in_features, out_features).
+CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+# The GPTConfig fields GPT2Config below expresses; a new field must be mapped (or refused) here.
+EXPRESSIBLE_FIELDS = {
+    "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "scale_attn_by_inverse_layer_idx",
+}
+EOT_STRING = "<|endoftext|>"
+
+
+def check_expressible(config: GPTConfig) -> None:
+    """Refuse configurations a GPT2LMHeadModel would compute differently."""
+    unknown = {f.name for f in fields(GPTConfig)} - EXPRESSIBLE_FIELDS
+    if unknown:
+        raise ValueError(f"GPTConfig fields {sorted(unknown)} have no GPT-2 equivalent in export_hf; "
+                         "map them in hf_config or refuse them explicitly")
+
+
+def hf_config(config: GPTConfig) -> dict:
+    """config.json for GPT2LMHeadModel with the same architecture."""
+    check_expressible(config)
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": config.vocab_size,
+        "n_positions": config.block_size,
+        "n_ctx": config.block_size,
+        "n_embd": config.n_embd,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "n_inner": 4 * config.n_embd,
+        "activation_function": "gelu_new",  # tanh-approximated GELU, as model.MLP
+        "layer_norm_epsilon": 1e-5,  # nn.LayerNorm's default
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": config.scale_attn_by_inverse_layer_idx,
+        "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": EOT_TOKEN,
+        "eos_token_id": EOT_TOKEN,
+        "torch_dtype": "float32",
+    }
+
+
+def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """GPT2LMHeadModel's tensors (float32, contiguous) from ours."""
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight":
+            continue  # tied to transformer.wte.weight
+        tensor = tensor.detach().float().cpu()
+        state[name] = (tensor.t() if name.endswith(CONV1D_WEIGHTS) else tensor).contiguous()
+    if not model.config.bias:
+        for name, module in model.named_modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.LayerNorm)) and name != "lm_head":
+                out_features = module.weight.shape[0]  # Linear: (out, in); LayerNorm: (n_embd,)
+                state[f"{name}.bias"] = torch.zeros(out_features)
+    return state
+
+
+def _merge_of(ranks: dict[bytes, int], token: bytes) -> tuple[bytes, bytes]:
+    """The BPE merge that created token: applying only the merges ranked before it
+    leaves exactly the two pieces it was merged from."""
+    parts = [bytes([b]) for b in token]
+    while len(parts) > 2:
+        pair_ranks = [ranks.get(a + b, len(ranks)) for a, b in zip(parts, parts[1:])]
+        i = min(range(len(pair_ranks)), key=pair_ranks.__getitem__)
+        if pair_ranks[i] >= ranks[token]:
+            break
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
+    assert len(parts) == 2, f"token {token!r} is not a single merge of earlier tokens"
+    return parts[0], parts[1]
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map used in vocab.json/merges.txt."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    mapping, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            mapping[b] = chr(b)
+        else:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def write_tokenizer(out_dir: str, model_max_length: int) -> None:
+    """GPT-2 tokenizer files rebuilt from tiktoken's r50k_base ranks (GPT-2's BPE):
+    vocab.json + merges.txt (the original format) and tokenizer.json (the
+    tokenizers library's), written directly so no transformers version's
+    tokenizer constructor is involved."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    ranks = get_encoding()._mergeable_ranks
+    byte_char = _bytes_to_unicode()
+
+    def as_text(token: bytes) -> str:
+        return "".join(byte_char[b] for b in token)
+
+    vocab = {as_text(token): rank for token, rank in ranks.items()}
+    vocab[EOT_STRING] = EOT_TOKEN
+    by_rank = sorted(ranks, key=ranks.__getitem__)
+    merges = [tuple(map(as_text, _merge_of(ranks, token))) for token in by_rank if len(token) > 1]
+    with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    tokenizer.add_special_tokens([AddedToken(EOT_STRING, special=True, normalized=False)])
+    tokenizer.save(os.path.join(out_dir, "tokenizer.json"))
+    specials = {"bos_token": EOT_STRING, "eos_token": EOT_STRING, "unk_token": EOT_STRING}
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "GPT2Tokenizer", "model_max_length": model_max_length,
+                   "add_prefix_space": False, **specials}, f, indent=2)
+    with open(os.path.join(out_dir, "special_tokens_map.json"), "w") as f:
+        json.dump(specials, f, indent=2)
+
+
+def export(checkpoint: str, out_dir: str) -> None:
+    """Write the Hugging Face folder for checkpoint into out_dir."""
+    model = GPT.from_checkpoint(checkpoint, "cpu")
+    config = hf_config(model.config)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    save_file(hf_state_dict(model), os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    write_tokenizer(out_dir, model.config.block_size)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Export a checkpoint as a Hugging Face GPT-2 folder.")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--out", required=True, help="output folder")
+    args = parser.parse_args(argv)
+    export(args.checkpoint, args.out)
+    print(f"wrote GPT2LMHeadModel folder {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""
+Continuation log-likelihoods, the one scoring routine behind the built-in
+HellaSwag evaluator and the lm-evaluation-harness adapter, so both produce the
+same numbers from the same model.
+
+The conventions follow lm-evaluation-harness (TemplateLM._encode_pair and
+HFLM._loglikelihood_tokens): encode context + continuation together and take the
+context's own tokens as the prefix (trailing context whitespace belongs to the
+continuation); feed (context + continuation)[:-1] left-truncated to block_size;
+score the continuation with log_softmax over the model's whole (padded)
+vocabulary, as the exported Hugging Face model would.
+"""
+
+import contextlib
+from typing import ContextManager
+
+import torch
+import torch.nn.functional as F
+
+from data.tokenizer import get_encoding
+from model import GPT
+
+# (context tokens, continuation tokens)
+TokenPair = tuple[list[int], list[int]]
+
+
+def encode(text: str) -> list[int]:
+    """GPT-2 tokens of text. A literal <|endoftext|> becomes the special token,
+    as Hugging Face's GPT-2 tokenizer does (lm-eval's hf model sees the same ids)."""
+    return get_encoding().encode(text, allowed_special="all")
+
+
+def split_context_continuation(context: str, continuation: str) -> TokenPair:
+    """Tokens of a (context, continuation) pair, split the way lm-eval's TemplateLM
+    does for causal models: whitespace at the end of the context moves to the
+    continuation, the whole string is encoded at once and the context's own
+    tokens are cut off as the prefix (so BPE merges across the boundary stay)."""
+    assert context, "an empty context has no tokens to condition on"
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
+    whole = encode(context + continuation)
+    context_tokens = encode(context)
+    return context_tokens, whole[len(context_tokens) :]
+
+
+def autocast_context(device: str, dtype: str) -> ContextManager:
+    """Mixed precision for evaluation forwards: float32 runs as is."""
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    device_type = "cuda" if str(device).startswith("cuda") else "cpu"
+    return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
+
+
+@torch.no_grad()
+def score_continuations(
+    model: GPT, requests: list[TokenPair], device: str, autocast_ctx: ContextManager, batch_size: int
+) -> list[tuple[float, bool]]:
+    """For each (context, continuation) token pair: the summed log-probability of
+    the continuation given the context, and whether greedy decoding would have
+    produced exactly the continuation. batch_size sequences go through each
+    forward, longest first so little of each batch is padding."""
+    block_size = model.config.block_size
+    for context, continuation in requests:
+        if not context:
+            raise ValueError("a request needs at least one context token (lm-eval puts EOT there)")
+        if not 0 < len(continuation) <= block_size:
+            raise ValueError(f"continuation of {len(continuation)} tokens does not fit block_size {block_size}")
+
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(requests)), key=lambda i: -len(requests[i][0]) - len(requests[i][1]))
+    results: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        # The last token is only ever a target; at most block_size tokens are fed,
+        # cutting the context on the left when the pair is longer.
+        inputs = [(requests[i][0] + requests[i][1])[-(block_size + 1) : -1] for i in batch]
+        # Right padding: with causal attention the padding after a sequence never
+        # reaches its real positions.
+        idx = torch.zeros(len(batch), max(len(x) for x in inputs), dtype=torch.long)
+        for row, x in enumerate(inputs):
+            idx[row, : len(x)] = torch.tensor(x)
+        with autocast_ctx:
+            logits, _ = model(idx.to(device), all_logits=True)
+        sums, greedy = [], []
+        for row, i in enumerate(batch):
+            continuation = torch.tensor(requests[i][1], device=device)
+            end = len(inputs[row])
+            logprobs = F.log_softmax(logits[row, end - len(continuation) : end].float(), dim=-1)
+            sums.append(logprobs.gather(-1, continuation[:, None]).sum())
+            greedy.append((logprobs.argmax(dim=-1) == continuation).all())
+        # One device-to-host copy per batch, not one per sequence.
+        for i, s, g in zip(batch, torch.stack(sums).tolist(), torch.stack(greedy).tolist()):
+            results[i] = (s, g)
+    model.train(was_training)
+    return results

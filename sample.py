@@ -1,0 +1,65 @@
+"""
+Sample from a trained checkpoint, as nanoGPT's sample.py:
+
+    python sample.py --checkpoint out/run/ckpt.pt --prompt "The meaning of life is" \
+        --num_samples 3 --max_new_tokens 100 --temperature 0.8 --top_k 200 --seed 1337
+
+--prompt FILE:path reads the prompt from a file; an empty prompt starts from
+<|endoftext|>, the document boundary the model saw in training.
+"""
+
+import argparse
+
+import torch
+
+from data.tokenizer import EOT_TOKEN, get_encoding
+from model import GPT
+
+
+def read_prompt(prompt: str) -> str:
+    """The prompt itself, or the contents of the file after a FILE: prefix."""
+    if prompt.startswith("FILE:"):
+        with open(prompt[len("FILE:") :], encoding="utf-8") as f:
+            return f.read()
+    return prompt
+
+
+def generate_samples(
+    model: GPT, prompt: str, num_samples: int, max_new_tokens: int, temperature: float, top_k: int | None,
+    seed: int, device: str,
+) -> list[str]:
+    """num_samples continuations of prompt (each including the prompt), reproducible by seed."""
+    enc = get_encoding()
+    start = enc.encode(prompt, allowed_special="all") or [EOT_TOKEN]
+    idx = torch.tensor([start] * num_samples, dtype=torch.long, device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
+    # The ids padding the vocabulary to 50304 are no tokens; only an untrained model samples them.
+    return [enc.decode([t for t in row if t < enc.n_vocab]) for row in out.tolist()]
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description="Sample text from a checkpoint.")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--prompt", default="", help="text, or FILE:path to read it from a file")
+    parser.add_argument("--num_samples", type=int, default=3)
+    parser.add_argument("--max_new_tokens", type=int, default=200)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; < 1 sharper, > 1 more random")
+    parser.add_argument("--top_k", type=int, default=200, help="sample among the k likeliest tokens (0: all)")
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+
+    model = GPT.from_checkpoint(args.checkpoint, args.device)
+    samples = generate_samples(
+        model, read_prompt(args.prompt), args.num_samples, args.max_new_tokens, args.temperature,
+        args.top_k or None, args.seed, args.device,
+    )
+    for sample in samples:
+        print(sample)
+        print("---------------")
+    return samples
+
+
+if __name__ == "__main__":
+    main()
