@@ -1,0 +1,127 @@
+"""
+Muon (Jordan et al., 2024), the MARS paper's baseline: SGD momentum with Nesterov,
+the update orthogonalised by NS5 and scaled by max(1, rows/cols)^0.5, decoupled
+weight decay, following the official MARS repository's Muon:
+
+    b = momentum * b + g;  u = g + momentum * b (Nesterov) or b
+    p = p * (1 - lr * weight_decay) - lr * NS5(u) * max(1, rows/cols)^0.5
+
+Muon handles 2-D parameters only; the others take AdamW in the same optimizer
+(param groups with use_muon=False), so one state_dict and one learning-rate
+schedule cover both.
+
+Under torch.distributed, each rank orthogonalises only its share of the matrices
+(balanced by size) and one all-gather shares the results, so no rank repeats
+another's Newton-Schulz work. The momentum buffers are updated on every rank
+(element-wise, cheap), so every rank holds the full state and rank 0's
+state_dict is a complete checkpoint.
+"""
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.distributed as dist
+from torch.optim import Optimizer
+
+from optim.newton_schulz import orthogonalized_update
+from optim.rules import adamw_update, decoupled_step_
+
+NS5_EPS = 1e-7  # the official Muon's; MARS-Shampoo uses the optimizer's eps
+
+
+class Muon(Optimizer):
+    def __init__(
+        self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
+        weight_decay: float = 0.0, ns_steps: int = 5, adamw_lr: float = 3e-3,
+        adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8, adamw_weight_decay: float = 0.1,
+        *, compiled: bool = True,
+    ):
+        """params: tensors (2-D ones go to Muon, the rest to AdamW) or param groups
+        that each say use_muon=True/False; a group's missing settings come from the
+        arguments of its kind (lr, momentum, ... for Muon; adamw_* for AdamW)."""
+        self.muon_defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                                  ns_steps=ns_steps)
+        self.adamw_defaults = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps, weight_decay=adamw_weight_decay)
+        self.compiled = compiled
+        params = list(params)
+        if params and not isinstance(params[0], dict):
+            params = [
+                dict(params=[p for p in params if p.ndim == 2], use_muon=True),
+                dict(params=[p for p in params if p.ndim != 2], use_muon=False),
+            ]
+        super().__init__(params, defaults={})
+
+    def add_param_group(self, param_group: dict) -> None:
+        if "use_muon" not in param_group:
+            raise ValueError("each Muon param group must say use_muon=True (2-D matrices) or False (AdamW)")
+        for key, value in (self.muon_defaults if param_group["use_muon"] else self.adamw_defaults).items():
+            param_group.setdefault(key, value)
+        if param_group["use_muon"] and any(p.ndim != 2 for p in param_group["params"]):
+            raise ValueError("Muon orthogonalises 2-D matrices only; put other parameters in a use_muon=False group")
+        super().add_param_group(param_group)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["use_muon"]:
+                self._muon_update(group, params)
+            else:
+                adamw_update(self.state, params, group["lr"], group["betas"], group["eps"], group["weight_decay"],
+                             amsgrad=False, compiled=self.compiled)
+        return loss
+
+    def _muon_update(self, group: dict, params: list[torch.Tensor]) -> None:
+        grads = [p.grad for p in params]
+        buffers = [self._momentum_buffer(p) for p in params]
+        torch._foreach_mul_(buffers, group["momentum"])
+        torch._foreach_add_(buffers, grads)
+        directions = torch._foreach_add(grads, buffers, alpha=group["momentum"]) if group["nesterov"] else buffers
+        updates = orthogonalized_across_ranks(directions, group["ns_steps"])
+        decoupled_step_(params, updates, group["lr"], group["weight_decay"])
+
+    def _momentum_buffer(self, p: torch.Tensor) -> torch.Tensor:
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state["momentum_buffer"]
+
+
+def orthogonalized_across_ranks(matrices: list[torch.Tensor], ns_steps: int) -> list[torch.Tensor]:
+    """orthogonalized_update() of every matrix; under torch.distributed each rank
+    computes its share and one all-gather of a flat buffer delivers the rest."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [orthogonalized_update(m, ns_steps, NS5_EPS) for m in matrices]
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    owners = balanced_owners([m.numel() for m in matrices], world_size)
+    # Each rank's results lie contiguously in its segment of the buffer, in matrix order.
+    offsets, filled = [], [0] * world_size
+    for m, owner in zip(matrices, owners):
+        offsets.append(filled[owner])
+        filled[owner] += m.numel()
+    segment = max(filled)
+    gathered = torch.empty(world_size * segment, dtype=matrices[0].dtype, device=matrices[0].device)
+    mine = torch.zeros(segment, dtype=gathered.dtype, device=gathered.device)
+    for m, owner, offset in zip(matrices, owners, offsets):
+        if owner == rank:
+            mine[offset : offset + m.numel()] = orthogonalized_update(m, ns_steps, NS5_EPS).view(-1)
+    dist.all_gather(list(gathered.chunk(world_size)), mine)
+    return [
+        gathered[owner * segment + offset :][: m.numel()].view_as(m)
+        for m, owner, offset in zip(matrices, owners, offsets)
+    ]
+
+
+def balanced_owners(sizes: list[int], world_size: int) -> list[int]:
+    """A rank for each matrix: largest first, each to the least-loaded rank (the same on every rank)."""
+    owners, loads = [0] * len(sizes), [0] * world_size
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        owners[i] = loads.index(min(loads))
+        loads[owners[i]] += sizes[i]
+    return owners

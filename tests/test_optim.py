@@ -1,0 +1,456 @@
+"""
+Tests of optim/: MARS (every variant) and Muon against float64 references written
+here from the equations, the MARS-exact stash contract, both zero_grad modes,
+state_dict resume, compiled == eager, the factory, and short training runs.
+The Muon DDP test is in tests/test_optim_ddp.py.
+"""
+
+import copy
+import io
+import itertools
+import math
+import warnings
+
+import pytest
+import torch
+
+from config import TrainConfig
+from model import GPT, GPTConfig
+import optim.rules
+from optim import MARS, Muon, build_optimizer
+from optim.newton_schulz import newton_schulz5
+
+STEPS = 20
+
+
+# ----------------------------------------------------------------------------- float64 references
+
+
+def reference_ns5(matrix: torch.Tensor, eps: float) -> torch.Tensor:
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = matrix / (matrix.norm() + eps)
+    transposed = matrix.shape[0] > matrix.shape[1]
+    x = x.T if transposed else x
+    for _ in range(5):
+        xxt = x @ x.T
+        x = a * x + b * xxt @ x + c * xxt @ xxt @ x
+    return x.T if transposed else x
+
+
+def reference_mars(p, g, g_prev, state, lr, group, hp):
+    """One MARS update of p (float64) from the paper's equations; hp holds the constructor arguments."""
+    state["t"] = t = state.get("t", 0) + 1
+    m, v, v_max = (state.setdefault(k, torch.zeros_like(p)) for k in ("m", "v", "v_max"))
+    if p.ndim == 2 or hp["optimize_1d"]:
+        beta1, beta2 = hp["betas"]
+        c = g + hp["gamma"] * beta1 / (1 - beta1) * (g - g_prev)
+        if c.norm() > 1:
+            c = c / c.norm()
+        m.mul_(beta1).add_((1 - beta1) * c)
+        if hp["mars_type"] == "mars-lion":
+            update = torch.sign(m)
+        elif hp["mars_type"] == "mars-shampoo" and p.ndim == 2:
+            update = reference_ns5(m / (1 - beta1), hp["eps"]) * max(1, p.shape[0] / p.shape[1]) ** 0.5
+        else:
+            v.mul_(beta2).add_((1 - beta2) * c * c)
+            v_max.copy_(torch.maximum(v_max, v))
+            v_hat = v_max if hp["amsgrad"] else v
+            update = m / ((v_hat.sqrt() / math.sqrt(1 - beta2**t) + hp["eps"]) * (1 - beta1**t))
+        return p - lr * (update + group["weight_decay"] * p)
+    beta1, beta2 = hp["betas_1d"]
+    m.mul_(beta1).add_((1 - beta1) * g)
+    v.mul_(beta2).add_((1 - beta2) * g * g)
+    v_max.copy_(torch.maximum(v_max, v))
+    v_hat = v_max if hp["amsgrad"] else v
+    update = m / ((v_hat.sqrt() / math.sqrt(1 - beta2**t) + hp["eps"]) * (1 - beta1**t))
+    lr_1d = lr * hp["lr_1d"] / hp["lr"]  # the schedule scales the 1-D learning rate too
+    return p - lr_1d * (update + hp["weight_decay_1d"] * p)  # whatever the group's weight_decay
+
+
+def reference_muon(p, g, state, lr, group):
+    if p.ndim != 2:  # the AdamW companion
+        state["t"] = t = state.get("t", 0) + 1
+        m, v = (state.setdefault(k, torch.zeros_like(p)) for k in ("m", "v"))
+        beta1, beta2 = group["betas"]
+        m.mul_(beta1).add_((1 - beta1) * g)
+        v.mul_(beta2).add_((1 - beta2) * g * g)
+        update = (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + group["eps"])
+        return p - lr * (update + group["weight_decay"] * p)
+    buf = state.setdefault("buf", torch.zeros_like(p))
+    buf.mul_(group["momentum"]).add_(g)
+    direction = g + group["momentum"] * buf
+    update = reference_ns5(direction, 1e-7) * max(1, p.shape[0] / p.shape[1]) ** 0.5
+    return p - lr * (update + group["weight_decay"] * p)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+SHAPES = [(24, 16), (16, 40), (40,), (7, 5), (16,)]  # tall, wide, 1-D, in two param groups
+
+
+def make_params(dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=gen, dtype=torch.float64).to(dtype)) for s in SHAPES]
+
+
+def make_groups(params):
+    # The second group has its own learning rate and no weight decay.
+    return [dict(params=params[:3], weight_decay=0.1), dict(params=params[3:], weight_decay=0.0, lr=5e-3)]
+
+
+def gradient_stream(steps, seed=1):
+    """(gradient, next-batch gradient) per step and parameter, of norm about 0.4 or 2.5:
+    MARS's clip of ||c|| to 1 acts on some steps and not on others."""
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        [tuple(torch.randn(s, generator=gen, dtype=torch.float64) * (2.5 if i % 3 == 0 else 0.4) / math.prod(s) ** 0.5
+               for _ in range(2))
+         for s in SHAPES]
+        for i in range(steps)
+    ]
+
+
+def lr_multiplier(step):
+    return 0.5 + 0.5 * math.cos(step / 7)  # a schedule that changes every step
+
+
+def set_grad(p, g, set_to_none):
+    """What backward does after zero_grad(set_to_none): a fresh tensor, or accumulate into the old one."""
+    if set_to_none or p.grad is None:
+        p.grad = g.to(p.dtype).clone()
+    else:
+        p.grad += g.to(p.dtype)
+
+
+def run_optimizer(opt, params, stream, set_to_none=True, start=0):
+    """Drive opt as train.py does, with the schedule applied to every group's base_lr."""
+    for group in opt.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    for step, grads in enumerate(stream, start):
+        for group in opt.param_groups:
+            group["lr"] = group["base_lr"] * lr_multiplier(step)
+        if getattr(opt, "needs_grad_on_next_batch", False):
+            for p, (_, next_g) in zip(params, grads):
+                set_grad(p, next_g, set_to_none)
+            opt.stash_grad_for_next_step()
+            opt.zero_grad(set_to_none=set_to_none)
+        for p, (g, _) in zip(params, grads):
+            set_grad(p, g, set_to_none)
+        opt.step()
+        opt.zero_grad(set_to_none=set_to_none)
+
+
+def assert_relative_close(actual, expected, rtol):
+    for a, e in zip(actual, expected):
+        error = (a.detach().double() - e).norm() / e.norm()
+        assert error <= rtol, f"relative error {error:.2e} > {rtol:.0e} for shape {tuple(e.shape)}"
+
+
+MARS_DEFAULTS = dict(lr=1e-2, betas=(0.95, 0.99), eps=1e-8, weight_decay=0.1, amsgrad=False, gamma=0.025,
+                     is_approx=True, mars_type="mars-adamw", optimize_1d=False, lr_1d=3e-3, betas_1d=(0.9, 0.95),
+                     weight_decay_1d=0.1)
+
+MARS_VARIANTS = [
+    dict(mars_type=t, is_approx=approx, optimize_1d=opt1d, amsgrad=ams)
+    for t, approx, opt1d, ams in itertools.product(
+        ("mars-adamw", "mars-lion", "mars-shampoo"), (True, False), (False, True), (False, True))
+    if not (ams and t == "mars-lion" and opt1d)  # amsgrad has nothing to act on there
+]
+
+
+def run_reference_mars(hp, stream):
+    params = [p.detach().double() for p in make_params()]
+    groups = make_groups(list(range(len(params))))
+    states = [{} for _ in params]
+    g_prev = [torch.zeros_like(p) for p in params]
+    for step, grads in enumerate(stream):
+        for group in groups:
+            group_lr = group.get("lr", hp["lr"]) * lr_multiplier(step)
+            for i in group["params"]:
+                g, next_g = grads[i]
+                params[i] = reference_mars(params[i], g, g_prev[i], states[i], group_lr, group, hp)
+                # approx: the previous gradient; exact: the gradient at x_t on the next batch
+                g_prev[i] = g if hp["is_approx"] else next_g
+    return params
+
+
+# ----------------------------------------------------------------------------- MARS exactness
+
+
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["set_to_none", "zero_in_place"])
+@pytest.mark.parametrize("variant", MARS_VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
+def test_mars_matches_float64_reference(variant, set_to_none):
+    hp = {**MARS_DEFAULTS, **variant}
+    stream = gradient_stream(STEPS)
+    params = make_params()
+    opt = MARS(make_groups(params), **hp, compiled=False)
+    run_optimizer(opt, params, stream, set_to_none)
+    assert_relative_close(params, run_reference_mars(hp, stream), rtol=1e-6)
+
+
+def test_reference_detects_a_missing_variance_reduction():
+    """The reference test can fail: gamma=0 (MARS without its correction) is far off."""
+    stream = gradient_stream(STEPS)
+    params = make_params()
+    run_optimizer(MARS(make_groups(params), **{**MARS_DEFAULTS, "gamma": 0.0}, compiled=False), params, stream)
+    with pytest.raises(AssertionError):
+        assert_relative_close(params, run_reference_mars(MARS_DEFAULTS, stream), rtol=1e-6)
+
+
+@pytest.mark.parametrize("per_tensor", [True, False], ids=["per_tensor", "whole_lists"])
+def test_compiled_kernels_give_the_eager_numbers(per_tensor, monkeypatch):
+    monkeypatch.setattr(optim.rules, "compile_per_tensor", lambda device: per_tensor)  # whole lists: CUDA's mode
+    stream = gradient_stream(5)
+    for mars_type in ("mars-adamw", "mars-lion") if per_tensor else ("mars-adamw",):
+        results = []
+        for compiled in (False, True):
+            params = make_params()
+            hp = {**MARS_DEFAULTS, "mars_type": mars_type}
+            run_optimizer(MARS(params, **hp, compiled=compiled), params, stream)
+            results.append(params)
+        # a compile failure would fall back to eager mode and prove nothing
+        assert not optim.rules.MARS_ADAMW.compile_failed and not optim.rules.MARS_LION.compile_failed
+        for eager, compiled in zip(*results):
+            torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-7)
+
+
+def test_a_failing_compile_falls_back_to_the_same_numbers(monkeypatch):
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    kernel = optim.rules.MARS_ADAMW
+    monkeypatch.setattr(kernel, "compiled_per_tensor", no_compiler)
+    monkeypatch.setattr(kernel, "compile_failed", False)
+    stream = gradient_stream(3)
+    results = []
+    for compiled in (False, True):
+        params = make_params()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_optimizer(MARS(params, weight_decay=0.1, compiled=compiled), params, stream)
+        results.append(params)
+    assert any("running eagerly" in str(w.message) for w in caught)
+    for eager, fallback in zip(*results):
+        torch.testing.assert_close(fallback, eager, rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- g_prev, stash and zero_grad
+
+
+def test_exact_uses_the_gradient_stashed_one_step_earlier():
+    """Step 1 sees g_prev = 0 whatever is stashed; step 2 sees the stash made before step 1."""
+    stream = gradient_stream(2)
+
+    def run(is_approx, stashed):  # stashed(step, g, next_g): what the loop stashes before that step
+        params = make_params()
+        opt = MARS(make_groups(params), **{**MARS_DEFAULTS, "is_approx": is_approx}, compiled=False)
+        after = []
+        for step, grads in enumerate(stream):
+            run_optimizer(opt, params, [[(g, stashed(g, n)) for g, n in grads]], start=step)
+            after.append([p.detach().clone() for p in params])
+        return after
+
+    approx = run(True, lambda g, next_g: next_g)
+    exact_stashing_g = run(False, lambda g, next_g: g)  # g_prev at step 2 = g_1: MARS-approx's
+    exact = run(False, lambda g, next_g: next_g)
+    for a, b, c in zip(approx[0], exact_stashing_g[0], exact[0]):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    for a, b in zip(approx[1], exact_stashing_g[1]):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert not any(torch.allclose(a, c) for a, c in zip(approx[1], exact[1]) if a.ndim == 2)
+
+
+def test_exact_declares_the_capability_and_requires_the_stash():
+    params = make_params()
+    assert not MARS(params, compiled=False).needs_grad_on_next_batch
+    opt = MARS(params, is_approx=False, compiled=False)
+    assert opt.needs_grad_on_next_batch
+    for p in params:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(RuntimeError, match="stash_grad_for_next_step"):
+        opt.step()
+
+
+def one_step(**mars_arguments):
+    """A MARS after one step on fresh random gradients, and its parameters."""
+    params = make_params()
+    opt = MARS(params, **mars_arguments, compiled=False)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt.step()
+    return opt, params
+
+
+def test_approx_keeps_the_gradient_without_copying_it():
+    opt, params = one_step()
+    assert opt.state[params[0]]["last_grad"] is params[0].grad  # no copy with fresh gradients
+
+
+def test_zeroing_a_kept_gradient_in_place_behind_the_optimizer_is_an_error():
+    """The official code silently loses g_prev here; we refuse rather than degrade."""
+    opt, params = one_step()
+    for p in params:
+        p.grad.zero_()  # what model.zero_grad(set_to_none=False) does
+        p.grad += 1.0
+    with pytest.raises(RuntimeError, match="reused in place"):
+        opt.step()
+
+
+def test_parameters_without_gradients_are_skipped():
+    params = make_params()
+    before = [p.detach().clone() for p in params]
+    opt = MARS(params, compiled=False)
+    opt.step()  # the official code raises UnboundLocalError here
+    params[0].grad = torch.ones_like(params[0])
+    opt.step()
+    assert not torch.equal(params[0], before[0])
+    assert all(torch.equal(p, b) for p, b in zip(params[1:], before[1:]))
+
+
+@pytest.mark.parametrize("mars_type", ["mars-adamw", "mars-lion", "mars-shampoo"])
+def test_state_holds_only_what_the_rule_reads(mars_type):
+    opt, params = one_step(mars_type=mars_type, amsgrad=True)
+    matrix_keys = {"mars-adamw": {"exp_avg_sq", "max_exp_avg_sq"}, "mars-lion": set(), "mars-shampoo": set()}
+    for p in params:
+        expected = {"step", "exp_avg"} | (
+            {"last_grad"} | matrix_keys[mars_type] if p.ndim == 2 else {"exp_avg_sq", "max_exp_avg_sq"}
+        )
+        assert set(opt.state[p]) == expected
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def save_and_load(opt):
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda ps: MARS(make_groups(ps), **MARS_DEFAULTS, compiled=False),
+        lambda ps: MARS(make_groups(ps), **{**MARS_DEFAULTS, "is_approx": False, "amsgrad": True}, compiled=False),
+        lambda ps: MARS(make_groups(ps), **{**MARS_DEFAULTS, "mars_type": "mars-lion"}, compiled=False),
+        lambda ps: MARS(make_groups(ps), **{**MARS_DEFAULTS, "mars_type": "mars-shampoo"}, compiled=False),
+        lambda ps: Muon(ps, compiled=False),
+    ],
+    ids=["mars-adamw", "mars-exact-amsgrad", "mars-lion", "mars-shampoo", "muon"],
+)
+def test_state_dict_resume_equals_not_stopping(make_optimizer):
+    stream = gradient_stream(12)
+    straight = make_params()
+    run_optimizer(make_optimizer(straight), straight, stream)
+
+    first = make_params()
+    opt = make_optimizer(first)
+    run_optimizer(opt, first, stream[:6])
+    saved_state, saved_params = save_and_load(opt), copy.deepcopy([p.detach() for p in first])
+    resumed = [torch.nn.Parameter(p) for p in saved_params]
+    opt = make_optimizer(resumed)
+    opt.load_state_dict(saved_state)
+    run_optimizer(opt, resumed, stream[6:], start=6)
+    for a, b in zip(resumed, straight):
+        assert torch.equal(a, b)
+
+
+# ----------------------------------------------------------------------------- Muon and NS5
+
+
+def test_newton_schulz_orthogonalises():
+    matrix = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+    singular_values = torch.linalg.svdvals(newton_schulz5(matrix))
+    # The quintic's coefficients trade exactness for speed: singular values land near 1, not at 1.
+    assert singular_values.min() > 0.6 and singular_values.max() < 1.25
+    expected = reference_ns5(matrix.double(), 1e-7)
+    torch.testing.assert_close(newton_schulz5(matrix).double(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_muon_matches_float64_reference():
+    stream = gradient_stream(STEPS)
+    params = make_params()
+    groups = [dict(params=[p for p in params if p.ndim == 2], use_muon=True, weight_decay=0.01),
+              dict(params=[p for p in params if p.ndim != 2], use_muon=False)]
+    opt = Muon(groups, compiled=False)
+    run_optimizer(opt, params, stream)
+
+    expected = [p.detach().double() for p in make_params()]
+    states = [{} for _ in expected]
+    for step, grads in enumerate(stream):
+        for i, (g, _) in enumerate(grads):
+            group = opt.param_groups[0 if expected[i].ndim == 2 else 1]
+            expected[i] = reference_muon(expected[i], g, states[i], group["base_lr"] * lr_multiplier(step), group)
+    assert_relative_close(params, expected, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- the factory and training
+
+
+TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+
+
+def tiny_config(**overrides) -> TrainConfig:
+    return TrainConfig(model="small", **{k: v for k, v in TINY.items() if k != "model"}, **overrides)
+
+
+def test_factory_groups_and_base_lr():
+    model = GPT(GPTConfig(**TINY))
+    wte = model.transformer.wte.weight
+    for name in ("adamw", "mars", "muon"):
+        opt = build_optimizer(model, tiny_config(optimizer=name), "cpu")
+        assert all(group["base_lr"] == group["lr"] for group in opt.param_groups)
+        assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+    assert build_optimizer(model, tiny_config(optimizer="adamw"), "cpu").defaults["fused"]
+    assert build_optimizer(model, tiny_config(optimizer="mars", is_approx=False), "cpu").needs_grad_on_next_batch
+
+    muon = build_optimizer(model, tiny_config(optimizer="muon", learning_rate=0.02, lr_1d=3e-3), "cpu")
+    on_muon = {id(p) for g in muon.param_groups if g["use_muon"] for p in g["params"]}
+    assert id(wte) in on_muon  # the paper's baseline: embeddings (and the tied head) on Muon
+    adamw_group = next(g for g in muon.param_groups if not g["use_muon"])
+    assert adamw_group["base_lr"] == 3e-3 and adamw_group["betas"] == (0.9, 0.95)
+    assert all(p.ndim == 1 for p in adamw_group["params"])
+
+    split = build_optimizer(model, tiny_config(optimizer="muon", muon_embeddings_on_adamw=True), "cpu")
+    on_adamw = {id(p) for g in split.param_groups if not g["use_muon"] for p in g["params"]}
+    assert {id(wte), id(model.transformer.wpe.weight)} <= on_adamw
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(optimizer="adamw", learning_rate=3e-3),
+        dict(optimizer="mars", learning_rate=3e-3, beta1=0.95, beta2=0.99),
+        dict(optimizer="mars", learning_rate=3e-3, beta1=0.95, beta2=0.99, is_approx=False),
+        dict(optimizer="mars", mars_type="mars-lion", learning_rate=2e-3, beta1=0.9),
+        dict(optimizer="mars", mars_type="mars-shampoo", learning_rate=1e-2, beta1=0.95),
+        dict(optimizer="muon", learning_rate=2e-2, weight_decay=0.0),
+    ],
+    ids=["adamw", "mars-adamw", "mars-adamw-exact", "mars-lion", "mars-shampoo", "muon"],
+)
+def test_short_training_run_lowers_the_loss(overrides):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    opt = build_optimizer(model, tiny_config(**overrides), "cpu")
+    batches = torch.randint(0, TINY["vocab_size"], (4, 8, TINY["block_size"] + 1))  # a few fixed batches
+
+    def loss_on(batch):
+        return model(batch[:, :-1], batch[:, 1:])[1]
+
+    losses = []
+    for step in range(40):
+        batch, next_batch = batches[step % 4], batches[(step + 1) % 4]
+        if getattr(opt, "needs_grad_on_next_batch", False):
+            loss_on(next_batch).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.stash_grad_for_next_step()
+            opt.zero_grad(set_to_none=True)
+        loss = loss_on(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.5, losses

@@ -1,0 +1,73 @@
+"""
+Muon under `torchrun --nproc_per_node=2` (gloo) equals single-process Muon, and
+each rank runs Newton-Schulz only on its share of the matrices.
+
+pytest runs the test below; torchrun runs this same file as the worker.
+"""
+
+import os
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+
+import optim.muon
+from optim import Muon
+
+SHAPES = [(48, 32), (32, 96), (64, 64), (16, 16), (96,), (32,)]
+STEPS = 5
+
+
+def run_muon() -> tuple[list[torch.Tensor], int]:
+    """A few Muon steps on fixed parameters and gradients (the same on every rank):
+    the final parameters and how many matrices this process orthogonalised."""
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
+    opt = Muon(params, weight_decay=0.01, compiled=False)
+    calls = 0
+    orthogonalized_update = optim.muon.orthogonalized_update
+
+    def counted(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return orthogonalized_update(*args, **kwargs)
+
+    optim.muon.orthogonalized_update = counted
+    try:
+        for _ in range(STEPS):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            opt.step()
+    finally:
+        optim.muon.orthogonalized_update = orthogonalized_update
+    return [p.detach() for p in params], calls
+
+
+def test_muon_under_torchrun_equals_single_process(tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "rank0.pt"
+    env = {**os.environ, "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"}
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         os.path.abspath(__file__), str(out)],
+        check=True, env=env, cwd=repo, timeout=300,
+    )
+    result = torch.load(out, weights_only=True)
+    expected, single_calls = run_muon()
+    for actual, wanted in zip(result["params"], expected):
+        torch.testing.assert_close(actual, wanted, rtol=1e-6, atol=1e-6)
+    matrices = sum(len(s) == 2 for s in SHAPES)
+    assert single_calls == STEPS * matrices
+    assert sum(result["calls"]) == single_calls  # no rank repeats another's work
+    assert all(0 < calls < single_calls for calls in result["calls"])
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    params, calls = run_muon()
+    all_calls = [None] * dist.get_world_size()
+    dist.all_gather_object(all_calls, calls)
+    if dist.get_rank() == 0:
+        torch.save({"params": params, "calls": all_calls}, sys.argv[1])
+    dist.destroy_process_group()
