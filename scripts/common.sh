@@ -1,0 +1,102 @@
+# Shared by every run script (source it, then call `launch`): how a paper run is started.
+#
+#   launch RUN_NAME CONFIG_FILE... [--key=value ...]  # e.g. launch gpt2_small_mars config/gpt2_small_mars.py
+#
+# Config files apply in order (then the overrides): config/mini.py config/mini_mars.py is the mini setting
+# with the MARS recipe.
+#
+# Settings from the environment (all optional):
+#   NGPU=8            GPUs per node (torchrun --nproc_per_node; NGPU=1 runs python train.py directly)
+#   MICRO_BATCH=N     sequences per GPU per micro-step (default: the config's, what fits an 80 GB card);
+#                     the global batch stays the config's 480 x 1024 tokens, gradient accumulation follows
+#   TOKENS=5B         a token budget instead of the config's 100k steps (K, M or B suffix; 5B, 20B, 50B
+#                     are the paper's); the run goes to <RUN_NAME>_<TOKENS> and its cosine spans the budget
+#   OUT_ROOT=out      runs go to OUT_ROOT/RUN_NAME[_TOKENS]
+#   NNODES=1          with RDZV_ENDPOINT=host:port (and RDZV_ID): a multi-node rendezvous instead of --standalone
+#   DRY_RUN=1         2 CPU steps of a tiny model (data: DATA_DIR, default the quickstart corpus
+#                     data/stdlib), under OUT_ROOT=out/dry_run, to check every flag before a cluster sees it
+#   DATA_DIR=path     token shards to read instead of data/<dataset>
+# Extra arguments are passed to train.py last, so they win (e.g. --seed=2, --wandb_log=True).
+# Rerunning a script whose run has a checkpoint resumes it (--init_from=resume): preemption-safe.
+
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# "5B" -> 5000000000 (also K, M; a plain number is taken as is)
+tokens_to_int() {
+    local value="$1" scale=1
+    case "$value" in
+        *K) scale=1000 ;;
+        *M) scale=1000000 ;;
+        *B) scale=1000000000 ;;
+    esac
+    value="${value%[KMB]}"
+    [[ "$value" =~ ^[0-9]+$ ]] || { echo "TOKENS must be a whole number with an optional K/M/B suffix, got '$1'" >&2; return 1; }
+    echo $((value * scale))
+}
+
+# Where runs go: OUT_ROOT, else out (out/dry_run for dry runs)
+out_root() {
+    echo "${OUT_ROOT:-$([[ "${DRY_RUN:-0}" == 1 ]] && echo out/dry_run || echo out)}"
+}
+
+launch() {
+    local run_name="$1" configs=()
+    shift
+    while [[ $# -gt 0 && "$1" != --* ]]; do configs+=("$1"); shift; done
+    cd "$REPO"  # paths (config, OUT_ROOT, DATA_DIR) are relative to the repository root
+    local dry_run="${DRY_RUN:-0}"
+    local ngpu="${NGPU:-$([[ "$dry_run" == 1 ]] && echo 1 || echo 8)}"
+    local nnodes="${NNODES:-1}"
+    local overrides=()
+    if [[ -n "${TOKENS:-}" ]]; then
+        run_name="${run_name}_${TOKENS}"
+        overrides+=("--max_tokens=$(tokens_to_int "$TOKENS")")
+    fi
+    local out_dir="$(out_root)/$run_name"
+    overrides+=("--out_dir=$out_dir" "--wandb_run_name=$run_name")
+    [[ -n "${MICRO_BATCH:-}" ]] && overrides+=("--micro_batch_size=$MICRO_BATCH")
+    [[ -n "${DATA_DIR:-}" ]] && overrides+=("--data_dir=$DATA_DIR")
+    if [[ "$dry_run" == 1 ]]; then
+        # A tiny model for 2 steps of 2 micro-steps, with the batch made to divide for any world size.
+        local world_size=$((ngpu * nnodes))
+        overrides+=(--device=cpu --compile=False --n_layer=2 --n_head=2 --n_embd=32 --block_size=32
+                    --micro_batch_size=4 "--total_batch_size=$((4 * 32 * 2 * world_size))" --max_tokens=0
+                    --max_iters=2 --warmup_iters=1 --eval_interval=2 --eval_sequences=8 --log_interval=1)
+        [[ -z "${DATA_DIR:-}" ]] && overrides+=("--data_dir=$REPO/data/stdlib")
+    fi
+    if [[ -f "$out_dir/ckpt.pt" ]]; then
+        echo "$out_dir/ckpt.pt exists: resuming it"
+        overrides+=(--init_from=resume)
+    fi
+
+    local launcher=(python3)  # one process needs no torchrun
+    if [[ "$nnodes" -gt 1 || -n "${RDZV_ENDPOINT:-}" ]]; then
+        launcher=(torchrun "--nnodes=$nnodes" "--nproc_per_node=$ngpu" --rdzv_backend=c10d
+                  "--rdzv_endpoint=${RDZV_ENDPOINT:?set RDZV_ENDPOINT=host:port for a multi-node run}"
+                  "--rdzv_id=${RDZV_ID:-$run_name}")
+    elif [[ "$ngpu" -gt 1 ]]; then
+        launcher=(torchrun --standalone "--nproc_per_node=$ngpu")
+    fi
+    (set -x; "${launcher[@]}" train.py "${configs[@]}" "${overrides[@]}" "$@")
+}
+
+# The CPU mini reproduction's four optimizers (scripts/mini_sweep.sh, scripts/mini_paper.sh): what follows
+# config/mini.py on the command line. MARS-exact first: it is the longest, so parallel runs finish together.
+MINI_OPTIMIZERS="mars_exact mars_approx muon adamw"
+declare -A MINI_RECIPES=(
+    [adamw]="config/mini_adamw.py"
+    [muon]="config/mini_muon.py"
+    [mars_approx]="config/mini_mars.py --is_approx=True"
+    [mars_exact]="config/mini_mars.py --is_approx=False"
+)
+
+# Launch the runs read from stdin, one a line (launch's arguments: run name, config files, overrides),
+# JOBS at a time (default 2) on one CPU thread each; each run's output goes to OUT_ROOT/<run name>.log.
+launch_parallel() {
+    export -f launch out_root tokens_to_int
+    export REPO NGPU=1 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+    xargs -P "${JOBS:-2}" -L 1 bash -c \
+        'mkdir -p "$(dirname "$(out_root)/$1")"
+         launch "$@" > "$(out_root)/$1.log" 2>&1 || { echo "failed: $1 (see $(out_root)/$1.log)" >&2; exit 255; }' _
+}

@@ -1,0 +1,314 @@
+"""
+The paper's tables and figures from training logs.
+
+    python scripts/report.py out/gpt2_small_* out/gpt2_medium_* --out report
+    python scripts/report.py out/mini_paper --out out/mini_paper/report    # every run below a folder
+
+A run is a folder holding train.py's config.json and metrics.jsonl; each argument is a run or a
+folder searched for runs. Written to --out (and the Markdown also to stdout):
+  report.md               the best-validation-loss table (rows: optimizers; columns: model size x
+                          token budget), the downstream table where a run has eval results
+                          (<checkpoint>_lm_eval.json from eval/harness.py), and the runs that are
+                          not finished (their best loss so far, marked *);
+  val_loss_vs_tokens.png  validation loss against tokens seen, one panel per column of the table,
+  val_loss_vs_time.png    and against training time (the logged ms/step, so evaluations,
+                          checkpoints and the time a preempted run was down are left out).
+Several runs of one optimizer in one setting (seeds) are one cell, mean ± standard deviation, and
+curves of one colour.
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+# The paper's row order; other optimizers (MARS-Lion, ...) follow in alphabetical order.
+OPTIMIZER_ORDER = ["AdamW", "Muon", "MARS-exact", "MARS-approx"]
+MARS_TYPE_NAMES = {"mars-adamw": "MARS", "mars-lion": "MARS-Lion", "mars-shampoo": "MARS-Shampoo"}
+
+
+@dataclass
+class Run:
+    path: str
+    optimizer: str  # e.g. "MARS-approx"
+    model: str  # e.g. "GPT-2 small", or the parameter count of a custom size
+    num_params: int
+    dataset: str
+    budget: int  # tokens the run is set to train on
+    total_iters: int
+    seed: int
+    learning_rate: float
+    # (step, tokens, training seconds, val loss) per evaluation, in step order
+    val: list[tuple[int, int, float, float]]
+    downstream: dict | None = field(default=None)  # lm-eval results, if the run was evaluated
+    row: str = ""  # the table's row: the optimizer, and its learning rate in a sweep (see name_rows)
+
+    @property
+    def last_step(self) -> int:
+        return self.val[-1][0] if self.val else 0
+
+    @property
+    def complete(self) -> bool:
+        return self.last_step >= self.total_iters
+
+    @property
+    def best_val_loss(self) -> float:
+        return min(v[3] for v in self.val)
+
+
+def format_tokens(n: int) -> str:
+    """5000232960 -> '5B', 49152000000 -> '49.2B', 1228800 -> '1.23M'."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return str(n)
+
+
+def optimizer_name(cfg: dict) -> str:
+    if cfg["optimizer"] == "mars":
+        return f"{MARS_TYPE_NAMES[cfg['mars_type']]}-{'approx' if cfg['is_approx'] else 'exact'}"
+    return {"adamw": "AdamW", "muon": "Muon"}[cfg["optimizer"]]
+
+
+def read_rows(path: str) -> list[dict]:
+    """metrics.jsonl rows; a step logged twice (a preempted run redoing the steps after its last
+    checkpoint) keeps its last row. A line cut short by a crash is skipped."""
+    rows: dict[tuple[str, int], dict] = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows[(row["type"], row["step"])] = row
+    return sorted(rows.values(), key=lambda r: r["step"])
+
+
+def training_seconds(train_rows: list[dict]) -> list[tuple[int, float]]:
+    """(step, seconds of training up to that step) from the logged ms per step."""
+    points, seconds, previous_step = [(0, 0.0)], 0.0, 0
+    for row in train_rows:
+        seconds += row["ms_per_step"] / 1000 * (row["step"] - previous_step)
+        points.append((row["step"], seconds))
+        previous_step = row["step"]
+    return points
+
+
+def load_run(folder: str) -> Run | None:
+    """The run in folder, or None if it has no evaluation yet."""
+    with open(os.path.join(folder, "config.json")) as f:
+        info = json.load(f)
+    cfg = info["config"]
+    rows = read_rows(os.path.join(folder, "metrics.jsonl"))
+    clock = training_seconds([r for r in rows if r["type"] == "train"])
+    val = []
+    for row in (r for r in rows if r["type"] == "val"):
+        seconds = max((s for step, s in clock if step <= row["step"]), default=0.0)
+        val.append((row["step"], row["tokens"], seconds, row["val_loss"]))
+    if not val:
+        return None
+    custom_size = any(cfg[k] for k in ("n_layer", "n_head", "n_embd"))
+    model = f"{info['num_params'] / 1e6:.3g}M GPT" if custom_size else f"GPT-2 {cfg['model']}"
+    downstream = None
+    for results_file in sorted(glob.glob(os.path.join(folder, "*_lm_eval.json"))):
+        with open(results_file) as f:
+            downstream = json.load(f)
+    optimizer = optimizer_name(cfg)
+    return Run(path=folder, optimizer=optimizer, model=model, num_params=info["num_params"],
+               dataset=os.path.basename(os.path.normpath(cfg["data_dir"])) if cfg["data_dir"] else cfg["dataset"],
+               budget=info["total_iters"] * cfg["total_batch_size"], total_iters=info["total_iters"],
+               seed=cfg["seed"], learning_rate=cfg["learning_rate"], val=val, downstream=downstream, row=optimizer)
+
+
+def find_runs(paths: list[str]) -> list[Run]:
+    folders = []
+    for path in paths:
+        found = glob.glob(os.path.join(path, "**", "metrics.jsonl"), recursive=True)
+        folders += [os.path.dirname(f) for f in sorted(found)]
+    runs = [load_run(f) for f in dict.fromkeys(folders) if os.path.exists(os.path.join(f, "config.json"))]
+    runs = [r for r in runs if r is not None]
+    name_rows(runs)
+    return runs
+
+
+def name_rows(runs: list[Run]) -> None:
+    """Where one optimizer's runs differ in learning rate (a sweep), each rate is a row of its own;
+    otherwise runs of one optimizer in one setting are seeds of one cell."""
+    for optimizer in {r.optimizer for r in runs}:
+        chosen = [r for r in runs if r.optimizer == optimizer]
+        if len({r.learning_rate for r in chosen}) > 1:
+            for run in chosen:
+                run.row = f"{optimizer} lr={run.learning_rate:g}"
+
+
+# -----------------------------------------------------------------------------
+# Tables
+
+
+def row_order(runs: list[Run]) -> list[str]:
+    """Row names in the paper's optimizer order (others after, alphabetically), then by learning rate."""
+    def key(run: Run) -> tuple:
+        rank = OPTIMIZER_ORDER.index(run.optimizer) if run.optimizer in OPTIMIZER_ORDER else len(OPTIMIZER_ORDER)
+        return rank, run.optimizer, run.learning_rate
+    return list(dict.fromkeys(r.row for r in sorted(runs, key=key)))
+
+
+def group_by_setting(runs: list[Run]) -> dict[str, list[Run]]:
+    """Runs per column of the table (model size x token budget, and the dataset when they differ),
+    columns ordered by model size, then budget."""
+    with_dataset = len({r.dataset for r in runs}) > 1
+    columns: dict[str, list[Run]] = {}
+    for run in sorted(runs, key=lambda r: (r.dataset if with_dataset else "", r.num_params, r.budget)):
+        name = f"{run.model}{' ' + run.dataset if with_dataset else ''} ({format_tokens(run.budget)} tokens)"
+        columns.setdefault(name, []).append(run)
+    return columns
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def loss_table(runs: list[Run]) -> str:
+    """Best validation loss per row (optimizer) and setting; the lowest of each column in bold."""
+    columns = group_by_setting(runs)
+    rows = row_order(runs)
+    cells: dict[tuple[str, str], tuple[float, str]] = {}  # (column, row) -> (mean, text)
+    for column, column_runs in columns.items():
+        for row in rows:
+            chosen = [r for r in column_runs if r.row == row]
+            if not chosen:
+                continue
+            losses = [r.best_val_loss for r in chosen]
+            text = f"{statistics.mean(losses):.3f}"
+            if len(losses) > 1:
+                text += f" ± {statistics.stdev(losses):.3f} (n={len(losses)})"
+            if not all(r.complete for r in chosen):
+                text += "*"
+            cells[column, row] = statistics.mean(losses), text
+    table = []
+    for row in rows:
+        line = [row]
+        for column in columns:
+            if (column, row) not in cells:
+                line.append("-")
+                continue
+            value, text = cells[column, row]
+            best = min(v for (c, _), (v, _) in cells.items() if c == column)
+            line.append(f"**{text}**" if value == best else text)
+        table.append(line)
+    return markdown_table([""] + list(columns), table)
+
+
+def downstream_table(runs: list[Run]) -> str | None:
+    """The paper's zero-shot table (percent) for the runs with eval results: acc_norm where a task
+    reports it, acc otherwise; Avg. over the tasks that were run."""
+    evaluated = [r for r in runs if r.downstream]
+    if not evaluated:
+        return None
+    from eval.harness import PAPER_COLUMNS  # imports lm-eval: only when there are results to show
+
+    rows = []
+    for run in evaluated:
+        scores = {**run.downstream.get("results", {}), **run.downstream.get("groups", {})}
+        values = []
+        for _, task in PAPER_COLUMNS:
+            metrics = scores.get(task, {})
+            value = metrics.get("acc_norm,none", metrics.get("acc,none"))
+            values.append(None if value is None else 100 * value)
+        present = [v for v in values if v is not None]
+        values.append(sum(present) / len(present) if present else None)
+        setting = f"{run.model} ({format_tokens(run.budget)} tokens, {run.dataset})"
+        rows.append([run.row, setting] + ["-" if v is None else f"{v:.2f}" for v in values])
+    return markdown_table(["Optimizer", "Model"] + [name for name, _ in PAPER_COLUMNS] + ["Avg."], rows)
+
+
+def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
+    parts = ["# Results", "", "## Best validation loss", "", loss_table(runs), "",
+             "Bold: the lowest of its column. Where a cell holds several runs (seeds): mean ± standard "
+             "deviation of their best losses. *: not finished, best loss so far."]
+    table = downstream_table(runs)
+    if table:
+        parts += ["", "## Downstream tasks (zero-shot, %)", "", table]
+    incomplete = [r for r in runs if not r.complete]
+    if incomplete:
+        parts += ["", "## Incomplete runs", ""]
+        parts += [f"- {r.path}: step {r.last_step} of {r.total_iters}" for r in incomplete]
+    parts += ["", "## Runs", ""]
+    parts.append(markdown_table(
+        ["run", "optimizer", "model", "tokens", "seed", "steps", "best val loss", "training time"],
+        [[r.path, r.row, r.model, format_tokens(r.budget), str(r.seed), f"{r.last_step}/{r.total_iters}",
+          f"{r.best_val_loss:.4f}", f"{r.val[-1][2] / 60:.1f} min"] for r in runs]))
+    parts += [""] + [f"![{os.path.splitext(f)[0]}]({f})" for f in plot_files]
+    return "\n".join(parts) + "\n"
+
+
+# -----------------------------------------------------------------------------
+# Plots
+
+
+def plot_val_loss(runs: list[Run], x_axis: str, path: str) -> None:
+    """One panel per setting, one curve per run (colour: its row); x_axis is 'tokens' or 'time'."""
+    columns = group_by_setting(runs)
+    rows = row_order(runs)
+    colors = {name: f"C{i}" for i, name in enumerate(rows)}
+    ncols = min(3, len(columns))
+    nrows = -(-len(columns) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4 * nrows), squeeze=False)
+    hours = max(v[2] for run in runs for v in run.val) > 2 * 3600
+    unit_seconds, unit = (3600, "hours") if hours else (60, "minutes")
+    for ax, (column, column_runs) in zip(axes.flat, columns.items()):
+        labelled = set()
+        for run in sorted(column_runs, key=lambda r: rows.index(r.row)):  # legend in the table's order
+            x = [v[1] for v in run.val] if x_axis == "tokens" else [v[2] / unit_seconds for v in run.val]
+            label = None
+            if run.row not in labelled:
+                label = run.row + ("" if run.complete else " (incomplete)")
+                labelled.add(run.row)
+            ax.plot(x, [v[3] for v in run.val], color=colors[run.row], label=label, alpha=0.85)
+        # Zoom past the first evaluations, where all curves are high and alike.
+        losses = sorted(v[3] for run in column_runs for v in run.val if v[0] > 0) or [run.val[0][3]]
+        low, high = losses[0], losses[int(0.9 * (len(losses) - 1))]
+        ax.set_ylim(low - 0.05 * (high - low) - 1e-3, high + 1e-3)
+        ax.set_title(column)
+        ax.set_xlabel("tokens" if x_axis == "tokens" else f"training time ({unit})")
+        ax.set_ylabel("validation loss")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    for ax in list(axes.flat)[len(columns):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description="Tables and plots from training runs' logs.")
+    parser.add_argument("paths", nargs="+", help="run folders, or folders to search for runs")
+    parser.add_argument("--out", default="report", help="folder for report.md and the plots")
+    args = parser.parse_args(argv)
+    runs = find_runs(args.paths)
+    if not runs:
+        sys.exit(f"no runs with a validation result (config.json and metrics.jsonl) under {', '.join(args.paths)}")
+    os.makedirs(args.out, exist_ok=True)
+    plot_files = ["val_loss_vs_tokens.png", "val_loss_vs_time.png"]
+    for x_axis, name in zip(("tokens", "time"), plot_files):
+        plot_val_loss(runs, x_axis, os.path.join(args.out, name))
+    text = report_markdown(runs, plot_files)
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # for eval.harness
+    main()

@@ -1,0 +1,91 @@
+"""config/: every file loads and validates; each paper setting has the paper's model size (built on the
+meta device), hyperparameters (the issue's list, checked against the official AGI-Arena/MARS configs)
+and a global batch of 480 x 1024 tokens on 1 to 32 GPUs with its default micro-batch."""
+
+import glob
+import os
+
+import pytest
+import torch
+
+from conftest import REPO
+from config import load_config, read_config_file
+from model import GPT, GPTConfig
+
+CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py")) if not p.endswith("__init__.py"))
+
+# size: (GPT-2's published parameter count, min_lr, AdamW lr, Muon lr, Muon's AdamW lr, MARS lr, MARS lr_1d)
+PAPER = {
+    "small": (124e6, 3e-5, 6e-4, 2e-2, 3e-3, 6e-3, 3e-3),
+    "medium": (355e6, 6e-5, 3e-4, 1e-2, 1.5e-3, 3e-3, 1.5e-3),
+    "large": (774e6, 1e-5, 2e-4, 6.67e-3, 1e-3, 2e-3, 1e-3),
+    "xl": (1558e6, 1e-5, 2e-4, None, None, 2e-3, 1e-3),
+}
+PAPER_CONFIGS = [(size, opt) for size in PAPER for opt in ("adamw", "muon", "mars") if PAPER[size][3] or opt != "muon"]
+
+
+def paper_config_path(size: str, optimizer: str) -> str:
+    return str(REPO / "config" / f"gpt2_{size}_{optimizer}.py")
+
+
+def test_the_paper_configs_are_all_there():
+    names = {os.path.basename(p) for p in CONFIG_FILES}
+    assert {os.path.basename(paper_config_path(*c)) for c in PAPER_CONFIGS} <= names
+    assert len(PAPER_CONFIGS) == 11
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
+def test_every_config_file_loads_and_validates(path):
+    values = read_config_file(path)
+    assert values, f"{path} assigns nothing"
+    cfg = load_config([path])
+    for key, value in values.items():
+        assert getattr(cfg, key) == value
+
+
+@pytest.mark.parametrize("recipe", ["mini_adamw.py", "mini_muon.py", "mini_mars.py"])
+def test_mini_recipes_apply_after_the_mini_setting(recipe):
+    cfg = load_config([str(REPO / "config" / "mini.py"), str(REPO / "config" / recipe)])
+    assert (cfg.dataset, cfg.device, cfg.n_layer) == ("stdlib", "cpu", 4)
+    assert cfg.optimizer == recipe[len("mini_"):-len(".py")]
+
+
+@pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)
+def test_paper_hyperparameters(size, optimizer):
+    cfg = load_config([paper_config_path(size, optimizer)])
+    _, min_lr, adamw_lr, muon_lr, muon_adamw_lr, mars_lr, mars_lr_1d = PAPER[size]
+    # shared by every run of the paper (and the official code's model: no biases, inverse-layer attention scaling)
+    assert (cfg.model, cfg.dataset, cfg.vocab_size, cfg.block_size) == (size, "openwebtext", 50304, 1024)
+    assert (cfg.bias, cfg.dropout, cfg.scale_attn_by_inverse_layer_idx) == (False, 0.0, True)
+    assert (cfg.total_batch_size, cfg.max_iters, cfg.max_tokens) == (480 * 1024, 100_000, 0)
+    assert (cfg.lr_schedule, cfg.warmup_iters, cfg.lr_decay_iters, cfg.min_lr, cfg.grad_clip) == ("cosine", 2000, 0, min_lr, 1.0)
+    assert cfg.optimizer == optimizer
+    if optimizer == "adamw":
+        assert (cfg.learning_rate, cfg.weight_decay, cfg.beta1, cfg.beta2) == (adamw_lr, 0.1, 0.9, 0.95)
+    elif optimizer == "muon":
+        assert (cfg.learning_rate, cfg.weight_decay, cfg.muon_momentum, cfg.muon_nesterov) == (muon_lr, 0.0, 0.95, True)
+        assert not cfg.muon_embeddings_on_adamw  # the paper's Muon: embeddings on Muon
+        assert (cfg.lr_1d, cfg.weight_decay_1d, cfg.beta1_1d, cfg.beta2_1d) == (muon_adamw_lr, 0.1, 0.9, 0.95)
+    else:
+        assert (cfg.mars_type, cfg.is_approx, cfg.gamma, cfg.optimize_1d) == ("mars-adamw", True, 0.025, False)
+        assert (cfg.learning_rate, cfg.weight_decay, cfg.beta1, cfg.beta2) == (mars_lr, 1e-2, 0.95, 0.99)
+        assert (cfg.lr_1d, cfg.weight_decay_1d, cfg.beta1_1d, cfg.beta2_1d) == (mars_lr_1d, 0.1, 0.9, 0.95)
+
+
+@pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)
+def test_paper_model_sizes(size, optimizer):
+    cfg = load_config([paper_config_path(size, optimizer)])
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**cfg.model_args()))
+    # GPT-2's published sizes count its 50257-token vocabulary and biases; without the padding, the
+    # bias-free models (as the official runs) are within 0.3% of them.
+    unpadded = model.num_params() - (50304 - 50257) * model.config.n_embd
+    assert unpadded == pytest.approx(PAPER[size][0], rel=3e-3)
+
+
+@pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)
+@pytest.mark.parametrize("world_size", [1, 2, 4, 8, 16, 32])
+def test_global_batch_is_480_sequences_on_any_gpu_count(size, optimizer, world_size):
+    cfg = load_config([paper_config_path(size, optimizer)])
+    accumulation = cfg.grad_accum_steps(world_size)  # raises if it does not divide
+    assert accumulation * cfg.micro_batch_size * world_size == 480

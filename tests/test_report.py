@@ -1,0 +1,115 @@
+"""scripts/report.py on synthetic runs: the paper's table (rows optimizers, columns model size x token
+budget, seeds averaged, incomplete runs marked), a sweep's rows per learning rate, wall-clock time
+from the logged ms/step with a resumed run's repeated steps, the downstream table, and the plots."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import REPO
+from config import TrainConfig
+
+sys.path.insert(0, str(REPO / "scripts"))
+import report  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(folder, val_losses: list[float], total_iters: int = 100, last_step: int | None = None,
+              num_params: int = 124_337_664, ms_per_step: float = 1000.0, **config) -> str:
+    """A run folder as train.py leaves it: config.json, and metrics.jsonl with the given validation
+    losses at evenly spaced steps from 0 to last_step (default: the end), a train row before each."""
+    cfg = TrainConfig(max_iters=total_iters, **config)
+    folder.mkdir(parents=True)
+    info = dict(config=cfg.to_dict(), num_params=num_params, total_iters=cfg.total_iters(), world_size=1)
+    (folder / "config.json").write_text(json.dumps(info))
+    last_step = cfg.total_iters() if last_step is None else last_step
+    rows = []
+    for i, loss in enumerate(val_losses):
+        step = last_step * i // max(len(val_losses) - 1, 1)
+        if step:
+            rows.append(dict(type="train", step=step, tokens=step * cfg.total_batch_size, loss=loss + 0.1,
+                             ms_per_step=ms_per_step, time=1e9 + step))
+        rows.append(dict(type="val", step=step, tokens=step * cfg.total_batch_size, val_loss=loss, time=1e9 + step))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(folder)
+
+
+MARS = dict(optimizer="mars", mars_type="mars-adamw")
+SMALL_5B = dict(model="small", max_tokens=5_000_000_000)  # 10173 steps of 480 x 1024 tokens
+
+
+def test_paper_table_with_seeds_budgets_and_an_incomplete_run(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs / "adamw_s1", [11.0, 3.5, 3.2], optimizer="adamw", seed=1, **SMALL_5B)
+    write_run(runs / "adamw_s2", [11.0, 3.4, 3.3], optimizer="adamw", seed=2, **SMALL_5B)
+    write_run(runs / "mars_approx", [11.0, 3.3, 3.1], is_approx=True, **MARS, **SMALL_5B)
+    write_run(runs / "mars_exact", [11.0, 3.15], last_step=5000, is_approx=False, **MARS, **SMALL_5B)
+    write_run(runs / "muon_medium", [11.0, 2.9, 2.8], optimizer="muon", model="medium",
+              max_tokens=20_000_000_000, num_params=354_551_808)
+    write_run(runs / "just_started", [], optimizer="adamw")  # no evaluation yet: left out
+    text = report.main([str(runs), "--out", str(tmp_path / "report")])
+
+    assert ("|  | GPT-2 small (5B tokens) | GPT-2 medium (20B tokens) |\n"
+            "|---|---|---|\n"
+            "| AdamW | 3.250 ± 0.071 (n=2) | - |\n"
+            "| Muon | - | **2.800** |\n"
+            "| MARS-exact | 3.150* | - |\n"
+            "| MARS-approx | **3.100** | - |\n") in text
+    assert "## Incomplete runs\n\n- " + str(runs / "mars_exact") + ": step 5000 of 10173\n" in text
+    assert "just_started" not in text and "Downstream" not in text
+    for name in ("report.md", "val_loss_vs_tokens.png", "val_loss_vs_time.png"):
+        assert (tmp_path / "report" / name).exists()
+    for name in ("val_loss_vs_tokens.png", "val_loss_vs_time.png"):
+        data = (tmp_path / "report" / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+    assert (tmp_path / "report" / "report.md").read_text() == text
+
+
+def test_a_sweep_gets_a_row_per_learning_rate(tmp_path):
+    for lr, loss in ((1e-3, 4.0), (2e-3, 3.8), (4e-3, 3.9)):
+        write_run(tmp_path / f"adamw_{lr}", [11.0, loss], total_iters=10, optimizer="adamw", learning_rate=lr)
+    write_run(tmp_path / "muon", [11.0, 3.7], total_iters=10, optimizer="muon", learning_rate=2e-2)
+    table = report.loss_table(report.find_runs([str(tmp_path)]))
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == [
+        "| AdamW lr=0.001", "| AdamW lr=0.002", "| AdamW lr=0.004", "| Muon"]
+    assert "| Muon | **3.700** |" in table
+
+
+def test_resumed_run_keeps_the_last_rows_and_times_training_from_ms_per_step(tmp_path):
+    folder = tmp_path / "run"
+    write_run(folder, [11.0, 5.0, 4.0], total_iters=20, ms_per_step=500.0, optimizer="adamw")
+    # Preempted after step 20's evaluation but before its checkpoint: steps 11-20 are redone.
+    with open(folder / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(dict(type="train", step=20, tokens=0, loss=4.2, ms_per_step=2000.0, time=0)) + "\n")
+        f.write(json.dumps(dict(type="val", step=20, tokens=0, val_loss=4.5, time=0)) + "\n")
+        f.write('{"type": "val", "st')  # a line cut short by a crash
+    run = report.load_run(str(folder))
+    assert run.complete and run.best_val_loss == 4.5
+    # 10 steps at 0.5 s, then 10 at 2 s (the redone steps replace the first attempt's)
+    assert [seconds for _, _, seconds, _ in run.val] == [0.0, 5.0, 25.0]
+
+
+def test_downstream_table_from_eval_results(tmp_path):
+    folder = tmp_path / "xl_mars"
+    write_run(folder, [11.0, 2.5], total_iters=10, model="xl", dataset="fineweb-edu", **MARS)
+    results = {"results": {"arc_easy": {"acc,none": 0.6, "acc_norm,none": 0.55},
+                           "boolq": {"acc,none": 0.625}}}
+    (folder / "ckpt_lm_eval.json").write_text(json.dumps(results))
+    table = report.downstream_table(report.find_runs([str(tmp_path)]))
+    header, _, row = table.splitlines()
+    assert header.startswith("| Optimizer | Model | ARC-E | ARC-C | BoolQ | HellaSwag |") and header.endswith("| Avg. |")
+    # ARC-E reports acc_norm (55), BoolQ only acc (62.5); Avg. over the two
+    assert row == ("| MARS-approx | GPT-2 xl (4.92M tokens, fineweb-edu) | 55.00 | - | 62.50 | - | - | - | - | - | - "
+                   "| 58.75 |")
+
+
+def test_no_runs_is_an_error(tmp_path):
+    with pytest.raises(SystemExit, match="no runs"):
+        report.main([str(tmp_path)])
+
+
+@pytest.mark.parametrize("tokens, text", [(5_000_232_960, "5B"), (49_152_000_000, "49.2B"), (61_440, "61.4K"), (512, "512")])
+def test_token_counts_read_like_the_papers(tokens, text):
+    assert report.format_tokens(tokens) == text

@@ -1,0 +1,178 @@
+"""scripts/: every shell script parses, and runs end to end in its dry-run mode on CPU (DRY_RUN=1:
+2 steps of a tiny model, here on the tiny dataset) with the config file and overrides it names, so
+a broken flag never reaches a cluster. Also: the token budget, torchrun with 2 processes, the
+multi-node rendezvous, resuming by rerunning, the mini reproduction's scripts, and the downstream
+evaluation feeding report.py's table."""
+
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import REPO
+from config import read_config_file
+
+SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(str(REPO / "scripts" / "*.sh")))
+
+# run script: (run name, config file, values the script sets on top of the config file)
+EXPECTED_RUNS = {
+    **{f"run_{opt}_{size}.sh": (f"gpt2_{size}_{opt}", f"gpt2_{size}_{opt}.py", {})
+       for opt in ("adamw", "muon", "mars") for size in ("small", "medium", "large")},
+    **{f"run_{opt}_{size}_fw.sh": (f"gpt2_{size}_{opt}_fw", f"gpt2_{size}_{opt}.py", {"dataset": "fineweb-edu"})
+       for opt in ("adamw", "mars") for size in ("small", "xl")},
+    "run_mars_exact_small.sh": ("gpt2_small_mars_exact", "gpt2_small_mars.py", {"is_approx": False}),
+    "run_mars_small_multinode.sh": ("gpt2_small_mars", "gpt2_small_mars.py", {}),
+}
+# What the dry run replaces (scripts/common.sh), and what launch sets per run
+DRY_RUN_KEYS = {"device", "compile", "n_layer", "n_head", "n_embd", "block_size", "micro_batch_size",
+                "total_batch_size", "max_tokens", "max_iters", "warmup_iters", "eval_interval", "eval_sequences",
+                "log_interval", "out_dir", "wandb_run_name", "data_dir"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def run_script(script: str, out_root, data_dir: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """bash scripts/<script> in dry-run mode, runs under out_root."""
+    env = dict(os.environ, DRY_RUN="1", DATA_DIR=data_dir, OUT_ROOT=str(out_root), OMP_NUM_THREADS="1", **env)
+    return subprocess.run(["bash", str(REPO / "scripts" / script), *args], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+
+
+def check_ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, f"failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+def read_run(out_dir) -> tuple[dict, list[dict]]:
+    with open(os.path.join(out_dir, "config.json")) as f:
+        info = json.load(f)
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return info, [json.loads(line) for line in f]
+
+
+# job name: (script, extra environment); all run at once (two at a time) in the fixture below
+JOBS = {
+    **{script: (script, {}) for script in EXPECTED_RUNS},
+    "run_mars_small_multinode.sh": ("run_mars_small_multinode.sh", {"NNODES": "1", "RDZV_ENDPOINT": f"localhost:{free_port()}"}),
+    "budget": ("run_adamw_small.sh", {"TOKENS": "5B"}),
+    "torchrun": ("run_muon_small.sh", {"NGPU": "2"}),
+    "mini_sweep.sh": ("mini_sweep.sh", {"JOBS": "1"}),
+    "mini_paper.sh": ("mini_paper.sh", {"JOBS": "1", "SEEDS": "1"}),
+}
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tiny_dataset, tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, str]]:
+    """Every job's finished process and its OUT_ROOT."""
+    root = tmp_path_factory.mktemp("dry_runs")
+
+    def run(job: str) -> tuple[subprocess.CompletedProcess, str]:
+        script, env = JOBS[job]
+        out_root = str(root / job)
+        return run_script(script, out_root, tiny_dataset, **env), out_root
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(JOBS, pool.map(run, JOBS)))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bash_syntax(script):
+    subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
+
+
+def test_every_run_script_is_checked():
+    assert {s for s in SCRIPTS if s.startswith("run_")} == set(EXPECTED_RUNS)
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED_RUNS))
+def test_run_script_dry_run(script, dry_runs):
+    proc, out_root = dry_runs[script]
+    check_ok(proc)
+    run_name, config_file, script_values = EXPECTED_RUNS[script]
+    info, rows = read_run(os.path.join(out_root, run_name))
+    expected = {k: v for k, v in read_config_file(str(REPO / "config" / config_file)).items() if k not in DRY_RUN_KEYS}
+    expected.update(script_values)
+    assert {k: info["config"][k] for k in expected} == expected
+    assert info["config"]["dataset"] == script_values.get("dataset", "openwebtext")
+    assert info["world_size"] == 1
+    assert [r["step"] for r in rows if r["type"] == "val"] == [0, 2]
+
+
+def test_token_budget_is_one_override(dry_runs):
+    proc, out_root = dry_runs["budget"]
+    check_ok(proc)
+    assert "--max_tokens=5000000000" in proc.stderr  # the launch line (set -x); the dry run then caps the steps
+    info, _ = read_run(os.path.join(out_root, "gpt2_small_adamw_5B"))
+    assert info["config"]["wandb_run_name"] == "gpt2_small_adamw_5B"
+    convert = 'source scripts/common.sh; tokens_to_int 5B; tokens_to_int 20B; tokens_to_int 750M; tokens_to_int 123'
+    out = subprocess.run(["bash", "-c", convert], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.split() == ["5000000000", "20000000000", "750000000", "123"]
+    bad = subprocess.run(["bash", "-c", "source scripts/common.sh; tokens_to_int 5.5B"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode != 0 and "TOKENS must be" in bad.stderr
+
+
+def test_several_gpus_go_through_torchrun(dry_runs):
+    proc, out_root = dry_runs["torchrun"]
+    check_ok(proc)
+    assert "torchrun --standalone --nproc_per_node=2" in proc.stderr
+    info, rows = read_run(os.path.join(out_root, "gpt2_small_muon"))
+    assert info["world_size"] == 2 and [r["step"] for r in rows if r["type"] == "val"] == [0, 2]
+
+
+def test_multinode_uses_the_rendezvous(dry_runs):
+    proc, _ = dry_runs["run_mars_small_multinode.sh"]
+    assert "torchrun --nnodes=1 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=localhost:" in proc.stderr
+    missing = subprocess.run(["bash", str(REPO / "scripts" / "run_mars_small_multinode.sh")], capture_output=True,
+                             text=True, env={k: v for k, v in os.environ.items() if k != "RDZV_ENDPOINT"}, cwd=REPO)
+    assert missing.returncode != 0 and "set RDZV_ENDPOINT" in missing.stderr
+
+
+def test_rerunning_a_script_resumes_its_run(tiny_dataset, tmp_path):
+    first = run_script("run_adamw_medium.sh", tmp_path, tiny_dataset, "--max_iters=1")  # "preempted" at step 1
+    check_ok(first)
+    second = run_script("run_adamw_medium.sh", tmp_path, tiny_dataset)
+    check_ok(second)
+    assert "ckpt.pt exists: resuming it" in second.stdout and "resuming" in second.stdout
+    assert "--init_from=resume" in second.stderr
+    _, rows = read_run(tmp_path / "gpt2_medium_adamw")
+    assert [r["step"] for r in rows if r["type"] == "train"] == [1, 2]
+
+
+@pytest.mark.parametrize("script, runs", [("mini_sweep.sh", "mini_sweep"), ("mini_paper.sh", "mini_paper")])
+def test_mini_reproduction_scripts(script, runs, dry_runs):
+    proc, out_root = dry_runs[script]
+    check_ok(proc)
+    with open(os.path.join(out_root, runs, "report", "report.md")) as f:
+        table = f.read().split("## Runs")[0]
+    for optimizer in ("AdamW", "Muon", "MARS-exact", "MARS-approx"):
+        assert f"| {optimizer} | " in table
+    assert len(glob.glob(os.path.join(out_root, runs, "*", "ckpt.pt"))) == 4
+
+
+def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
+    from test_eval import HELLASWAG_EXAMPLES, write_task_yaml
+
+    _, out_root = dry_runs["run_mars_small.sh"]
+    run_dir = os.path.join(out_root, "gpt2_small_mars")
+    jsonl = tmp_path / "hellaswag.jsonl"
+    jsonl.write_text("".join(json.dumps(example) + "\n" for example in HELLASWAG_EXAMPLES))
+    task_dir = write_task_yaml(tmp_path / "tasks", str(jsonl), "hellaswag")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "eval_downstream.sh"), run_dir, "--include_path", task_dir],
+                          env=dict(os.environ, DRY_RUN="1", TASKS="hellaswag"), capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    check_ok(proc)
+    with open(os.path.join(run_dir, "ckpt_lm_eval.json")) as f:
+        accuracy = json.load(f)["results"]["hellaswag"]["acc_norm,none"]
+    report = subprocess.run([sys.executable, str(REPO / "scripts" / "report.py"), run_dir, "--out", str(tmp_path / "r")],
+                            capture_output=True, text=True, cwd=REPO)
+    check_ok(report)
+    assert "## Downstream tasks" in report.stdout
+    assert f"| {100 * accuracy:.2f} | - | - | - | - | - | {100 * accuracy:.2f} |" in report.stdout
