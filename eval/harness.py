@@ -25,24 +25,12 @@ from lm_eval.tasks import TaskManager
 from lm_eval.utils import get_rolling_token_windows, handle_non_serializable, make_disjoint_window, make_table
 
 from data.tokenizer import EOT_TOKEN, get_encoding
+from eval.paper import PAPER_COLUMNS, paper_scores
 from eval.scoring import TokenPair, autocast_context, encode, score_continuations
 from model import GPT
 
 DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's default when a task does not say
 
-# The paper's zero-shot table: (column, lm-eval task). Each column shows acc_norm
-# where the task reports it (length-normalised multiple choice), acc otherwise.
-PAPER_COLUMNS = [
-    ("ARC-E", "arc_easy"),
-    ("ARC-C", "arc_challenge"),
-    ("BoolQ", "boolq"),
-    ("HellaSwag", "hellaswag"),
-    ("OBQA", "openbookqa"),
-    ("PIQA", "piqa"),
-    ("WG", "winogrande"),
-    ("MMLU", "mmlu"),
-    ("SciQ", "sciq"),
-]
 
 
 @register_model("mars_gpt")
@@ -188,14 +176,7 @@ def results_path(checkpoint: str) -> str:
 def paper_table(results: dict) -> str:
     """The paper's zero-shot table row (percent) for the tasks that were run; Avg.
     is over those columns."""
-    scores = {**results.get("results", {}), **results.get("groups", {})}
-    values = []
-    for _, task in PAPER_COLUMNS:
-        metrics = scores.get(task, {})
-        value = metrics.get("acc_norm,none", metrics.get("acc,none"))
-        values.append(None if value is None else 100 * value)
-    present = [v for v in values if v is not None]
-    values.append(sum(present) / len(present) if present else None)
+    values = paper_scores(results)
     header = [column for column, _ in PAPER_COLUMNS] + ["Avg."]
     cells = ["-" if v is None else f"{v:.2f}" for v in values]
     widths = [max(len(h), len(c)) for h, c in zip(header, cells)]

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run_dir="${1:?usage: bash scripts/eval_downstream.sh RUN_DIR [eval.harness arguments]}"
 shift
-tasks="${TASKS:-$(python3 -c 'from eval.harness import PAPER_COLUMNS; print(",".join(task for _, task in PAPER_COLUMNS))')}"
+tasks="${TASKS:-$(python3 -c 'from eval.paper import PAPER_COLUMNS; print(",".join(task for _, task in PAPER_COLUMNS))')}"
 dry_run_args=()
 [[ "${DRY_RUN:-0}" == 1 ]] && dry_run_args=(--limit 2 --device cpu)
 (set -x; python3 -m eval.harness --checkpoint "$run_dir/ckpt.pt" --tasks "$tasks" --batch_size "${BATCH_SIZE:-32}" \

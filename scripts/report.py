@@ -30,6 +30,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from eval.paper import PAPER_COLUMNS, paper_scores  # noqa: E402
+
 # The paper's row order; other optimizers (MARS-Lion, ...) follow in alphabetical order.
 OPTIMIZER_ORDER = ["AdamW", "Muon", "MARS-exact", "MARS-approx"]
 MARS_TYPE_NAMES = {"mars-adamw": "MARS", "mars-lion": "MARS-Lion", "mars-shampoo": "MARS-Shampoo"}
@@ -214,18 +217,9 @@ def downstream_table(runs: list[Run]) -> str | None:
     evaluated = [r for r in runs if r.downstream]
     if not evaluated:
         return None
-    from eval.harness import PAPER_COLUMNS  # imports lm-eval: only when there are results to show
-
     rows = []
     for run in evaluated:
-        scores = {**run.downstream.get("results", {}), **run.downstream.get("groups", {})}
-        values = []
-        for _, task in PAPER_COLUMNS:
-            metrics = scores.get(task, {})
-            value = metrics.get("acc_norm,none", metrics.get("acc,none"))
-            values.append(None if value is None else 100 * value)
-        present = [v for v in values if v is not None]
-        values.append(sum(present) / len(present) if present else None)
+        values = paper_scores(run.downstream)
         setting = f"{run.model} ({format_tokens(run.budget)} tokens, {run.dataset})"
         rows.append([run.row, setting] + ["-" if v is None else f"{v:.2f}" for v in values])
     return markdown_table(["Optimizer", "Model"] + [name for name, _ in PAPER_COLUMNS] + ["Avg."], rows)
@@ -310,5 +304,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # for eval.harness
     main()
