@@ -16,6 +16,7 @@ tensors, so the compiled graph never recompiles for them; hyperparameters are
 floats baked into it. Nothing here reads a tensor's value on the host.
 """
 
+import functools
 import warnings
 from collections.abc import Callable
 
@@ -155,10 +156,17 @@ class RuleKernel:
 
     def __init__(self, rule: Callable[..., None]):
         self.rule = rule
-        # torch.compile compiles on the first call
-        self.compiled_per_tensor = torch.compile(rule, fullgraph=True, dynamic=True)
-        self.compiled_whole_lists = torch.compile(rule, fullgraph=True)
         self.compile_failed = False
+
+    # Wrapped on first use, so that importing the optimizers does not import torch._dynamo
+    # (seconds); torch.compile itself compiles on the first call.
+    @functools.cached_property
+    def compiled_per_tensor(self) -> Callable[..., None]:
+        return torch.compile(self.rule, fullgraph=True, dynamic=True)
+
+    @functools.cached_property
+    def compiled_whole_lists(self) -> Callable[..., None]:
+        return torch.compile(self.rule, fullgraph=True)
 
     def __call__(self, tensor_lists: list[Tensors], lr: torch.Tensor, compiled: bool, **hyperparameters: float) -> None:
         """Apply the rule; tensor_lists are its list arguments in order (an unused one empty)."""
