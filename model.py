@@ -189,7 +189,5 @@ class GPT(nn.Module):
         ckpt = torch.load(path, map_location=device, weights_only=True)
         model_args = ckpt["model_args"]
         model = cls(GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)}))
-        # torch.compile prefixes parameter names with _orig_mod.
-        state = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
-        model.load_state_dict(state)
+        model.load_state_dict(ckpt["model"])
         return model.to(device).eval()

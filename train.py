@@ -11,6 +11,8 @@ metrics.jsonl (one JSON row per log/eval step), ckpt.pt (latest checkpoint).
 """
 
 import ctypes
+import datetime
+import hashlib
 import json
 import math
 import os
@@ -26,10 +28,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from config import ConfigError, TrainConfig, load_config
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
-from data.shards import ShardError
+from data.shards import ShardError, atomic_write
+from eval.scoring import autocast_context
 from model import GPT, GPTConfig
 from optim import build_optimizer
 
+# Settings that decide the shape of the optimizer or grad-scaler state: a resume cannot change them.
+STATE_SHAPING_KEYS = ("optimizer", "mars_type", "is_approx", "optimize_1d", "amsgrad", "muon_embeddings_on_adamw",
+                      "dtype")
 PEAK_BF16_FLOPS = {"A100": 312e12, "H100": 989e12, "H200": 989e12}  # dense bf16, by device name
 
 
@@ -97,12 +103,8 @@ class StopSignal:
 def save_checkpoint(path: str, state: dict) -> None:
     """Write to a temporary file and atomically rename, so a crash mid-write
     leaves the previous checkpoint intact."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with atomic_write(path) as f:
         torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # -----------------------------------------------------------------------------
@@ -117,7 +119,10 @@ def train(cfg: TrainConfig) -> None:
         device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
         if use_cuda:
             torch.cuda.set_device(device)
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+        # Generous timeout: the other ranks wait in a collective while rank 0 writes a checkpoint
+        # (tens of GB for XL with MARS) to a possibly slow shared filesystem.
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
+                                timeout=datetime.timedelta(minutes=60))
     else:
         rank, local_rank, world_size = 0, 0, 1
         device = torch.device((cfg.device if cfg.device != "auto" else "cuda") if use_cuda else "cpu")
@@ -130,7 +135,7 @@ def train(cfg: TrainConfig) -> None:
     # ---- precision: bf16 autocast on CUDA by default, fp16 with a GradScaler as an option
     dtype_name = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
-    autocast = nullcontext() if dtype == torch.float32 else torch.autocast(device.type, dtype=dtype)
+    autocast = autocast_context(device.type, dtype_name)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -147,11 +152,11 @@ def train(cfg: TrainConfig) -> None:
 
     # ---- model, optimizer, and the checkpoint to resume from
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
-    resume = cfg.init_from == "resume"
+    resume = cfg.init_from == "resume" or cfg.eval_only  # eval_only scores the run's checkpoint
     if resume and not os.path.exists(ckpt_path):
-        raise ConfigError(f"init_from='resume' but there is no checkpoint at {ckpt_path}; "
-                          "start with --init_from=scratch or point out_dir at the run to resume")
-    if not resume and os.path.exists(ckpt_path) and not cfg.eval_only:
+        raise ConfigError(f"{'eval_only' if cfg.eval_only else 'init_from=resume'} needs a checkpoint, and there is "
+                          f"none at {ckpt_path}; point out_dir at a run (or start one with --init_from=scratch)")
+    if not resume and os.path.exists(ckpt_path):
         raise ConfigError(f"{ckpt_path} already exists: resume it with --init_from=resume, or choose "
                           "another out_dir (a new run would overwrite it)")
     torch.manual_seed(cfg.seed)
@@ -169,7 +174,11 @@ def train(cfg: TrainConfig) -> None:
                               "resuming on other data would not continue the run")
         new_values = cfg.to_dict()
         changed = {k: (v, new_values.get(k)) for k, v in ckpt["config"].items()
-                   if k != "init_from" and new_values.get(k) != v}
+                   if k not in ("init_from", "eval_only") and new_values.get(k) != v}
+        state_shaping = {k: changed[k] for k in STATE_SHAPING_KEYS if k in changed}
+        if state_shaping:
+            raise ConfigError(f"{ckpt_path} was trained with other optimizer or precision settings "
+                              f"(old, new): {state_shaping}; its state cannot continue under the new ones")
         log(f"resuming {ckpt_path} at step {ckpt['step']}" + (f"; config changes (old, new): {changed}" if changed else ""))
         model.load_state_dict(ckpt["model"])
         # The moments come from the checkpoint, the hyperparameters from the config (as printed above).
@@ -200,19 +209,21 @@ def train(cfg: TrainConfig) -> None:
     run_info = dict(config=cfg.to_dict(), code_version=code_version(), world_size=world_size,
                     grad_accum_steps=grad_accum, total_iters=total_iters, torch=torch.__version__,
                     num_params=raw_model.num_params(), argv=sys.argv)
-    if is_main:
+    if is_main and not cfg.eval_only:
         os.makedirs(cfg.out_dir, exist_ok=True)
         with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
             json.dump(run_info, f, indent=2)
         log(json.dumps(run_info["config"], indent=1))
         log(f"{raw_model.num_params() / 1e6:.2f}M parameters | world size {world_size} | grad accumulation "
             f"{grad_accum} | {cfg.total_batch_size} tokens per step | {total_iters} steps | {device} {dtype_name}")
-        metrics_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a")
+        metrics_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a" if resume else "w")
         if cfg.wandb_log:
             import wandb
 
+            # One W&B run per out_dir, so a resumed run continues its curves.
+            run_id = hashlib.sha1(os.path.abspath(cfg.out_dir).encode()).hexdigest()[:16]
             wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name or None, config=run_info,
-                       resume="allow")
+                       id=run_id, resume="allow")
     peak_flops = cfg.peak_flops or next(
         (v for k, v in PEAK_BF16_FLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)),
         0.0,
@@ -288,7 +299,9 @@ def train(cfg: TrainConfig) -> None:
                     code_version=run_info["code_version"])
 
     if cfg.eval_only:
-        log(f"step {step}: val loss {evaluate():.4f}")
+        log(f"{ckpt_path} at step {step}: val loss {evaluate():.4f}")
+        if distributed:
+            dist.destroy_process_group()
         return
 
     # ---- the loop. `step` counts completed optimizer steps; the checks that need the host

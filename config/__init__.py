@@ -14,7 +14,6 @@ work, naming the key and the nearest valid one.
 import ast
 import dataclasses
 import difflib
-import json
 import math
 import types
 import typing
@@ -166,7 +165,7 @@ def _check_types(cfg: TrainConfig) -> None:
                 f"config key '{f.name}' must be {expected.__name__}, got {value!r} ({type(value).__name__})"
             )
         if expected is float and isinstance(value, int):
-            object.__setattr__(cfg, f.name, float(value))
+            setattr(cfg, f.name, float(value))
 
 
 def _check_values(cfg: TrainConfig) -> None:
@@ -179,6 +178,16 @@ def _check_values(cfg: TrainConfig) -> None:
                 "eval_sequences", "vocab_size"):
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"config key '{key}' must be positive, got {getattr(cfg, key)}")
+    for key in ("warmup_iters", "lr_decay_iters", "ckpt_interval", "hellaswag_interval", "hellaswag_examples",
+                "max_tokens", "sample_tokens"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"config key '{key}' must not be negative, got {getattr(cfg, key)}")
+    if not 0.0 <= cfg.wsd_decay_frac <= 1.0:
+        raise ConfigError(f"config key 'wsd_decay_frac' must be in [0, 1], got {cfg.wsd_decay_frac}")
+    if cfg.dtype == "float16" and cfg.optimizer == "mars" and not cfg.is_approx:
+        # A gradient that overflows in fp16 on MARS-exact's second pass would become g_prev and turn the
+        # update into NaN, and the GradScaler only skips steps whose own gradients overflow.
+        raise ConfigError("dtype='float16' cannot be combined with MARS-exact (is_approx=False); use bfloat16")
     if cfg.total_iters() <= 0:
         raise ConfigError("the run has no steps: set max_iters or max_tokens to a positive value")
 
@@ -229,9 +238,3 @@ def load_config(argv: list[str], base: dict[str, typing.Any] | None = None) -> T
         if key not in names:
             raise ConfigError(f"unknown config key '{key}'{_suggest(key)}")
     return TrainConfig(**values)
-
-
-def config_to_json(cfg: TrainConfig, **extra: typing.Any) -> str:
-    return json.dumps({"config": cfg.to_dict(), **extra}, indent=2, sort_keys=True)
-
-

@@ -9,13 +9,14 @@ needs nothing but t. Validation uses a fixed set of evenly spaced windows,
 the same at every evaluation and in every run.
 """
 
+import functools
 import glob
 import os
 
 import numpy as np
 import torch
 
-from data.shards import open_shard
+from data.shards import ShardError, open_shard
 
 
 class TokenWindows:
@@ -33,7 +34,7 @@ class TokenWindows:
         # A window may start anywhere that leaves block_size + 1 tokens in its shard.
         windows_per_shard = np.array([max(len(s) - block_size, 0) for s in self.shards], dtype=np.int64)
         if windows_per_shard.sum() == 0:
-            raise ValueError(f"the '{split}' shards in {data_dir} hold no window of block_size + 1 = "
+            raise ShardError(f"the '{split}' shards in {data_dir} hold no window of block_size + 1 = "
                              f"{block_size + 1} tokens; lower block_size or prepare more data")
         self.window_offsets = np.concatenate([[0], np.cumsum(windows_per_shard)])
         self.num_windows = int(self.window_offsets[-1])
@@ -60,6 +61,7 @@ class TrainBatches:
         self.seed = seed
         self.sequences_per_step = sequences_per_step
 
+    @functools.lru_cache(maxsize=2)  # drawn once per step, not once per micro-step
     def step_window_ids(self, step: int) -> np.ndarray:
         """The global batch of a step: a function of (seed, step) alone."""
         rng = np.random.default_rng([self.seed, step])

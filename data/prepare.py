@@ -59,7 +59,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data.shards import ShardError, open_shard, write_shard  # noqa: E402
+from data.shards import ShardError, atomic_write, open_shard, write_shard  # noqa: E402
 from data.tokenizer import EOT_TOKEN, get_encoding  # noqa: E402
 
 DEFAULT_SHARD_SIZE = 100_000_000  # tokens; 200 MB per shard
@@ -311,11 +311,8 @@ def read_manifest(out_dir: str) -> dict | None:
 def write_manifest(out_dir: str, manifest: dict) -> None:
     """Atomically, like the shards: a crash leaves the previous manifest or this one."""
     path = os.path.join(out_dir, MANIFEST)
-    with open(path + ".tmp", "w") as f:
+    with atomic_write(path, "w") as f:
         json.dump(manifest, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
 
 
 def remove_leftovers(out_dir: str, keep: set[str]) -> None:

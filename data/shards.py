@@ -5,7 +5,10 @@ A shard is a header of 256 little-endian int32 (magic 20240520, version 1,
 token count, zeros) followed by the tokens as little-endian uint16.
 """
 
+import contextlib
 import os
+from collections.abc import Iterator
+from typing import IO
 
 import numpy as np
 
@@ -20,6 +23,18 @@ class ShardError(ValueError):
     """A token shard that is not valid; the message names the file."""
 
 
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "wb") -> Iterator[IO]:
+    """Write path through a temporary file that is fsync'ed and renamed over it, so a crash
+    leaves the old file or the new one, never half of one (shards, manifests, checkpoints)."""
+    tmp = path + ".tmp"
+    with open(tmp, mode) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def write_shard(path: str, tokens: np.ndarray) -> None:
     """Write tokens (values < 65536) as a shard, atomically: a temporary file
     renamed into place, so a crash never leaves a half-written shard behind."""
@@ -28,13 +43,9 @@ def write_shard(path: str, tokens: np.ndarray) -> None:
         raise ValueError(f"{path}: token ids must fit in uint16 (0..65535)")
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[0], header[1], header[2] = MAGIC, VERSION, tokens.size
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with atomic_write(path) as f:
         f.write(header.tobytes())
         f.write(tokens.astype(TOKEN_DTYPE, copy=False).tobytes())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_header(path: str) -> int:

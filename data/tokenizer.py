@@ -21,16 +21,19 @@ import tempfile
 
 import tiktoken
 
+from data.shards import atomic_write
+
 EOT_TOKEN = 50256  # <|endoftext|>, the document delimiter
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+R50K_CACHE_KEY = hashlib.sha1(R50K_URL.encode()).hexdigest()  # the file name tiktoken's cache looks for
 
 HOW_TO_SUPPLY = (
     "Cannot load the GPT-2 BPE (tiktoken 'r50k_base'): tiktoken could not download it and the "
     "openai-whisper sdist could not be fetched from the package index. Supply it by hand: put the "
     f"file r50k_base.tiktoken (sha256 {R50K_SHA256}; openai-whisper ships it as "
     "whisper/assets/gpt2.tiktoken) into a folder under the name "
-    f"{hashlib.sha1(R50K_URL.encode()).hexdigest()} and set TIKTOKEN_CACHE_DIR to that folder."
+    f"{R50K_CACHE_KEY} and set TIKTOKEN_CACHE_DIR to that folder."
 )
 
 
@@ -57,10 +60,8 @@ def _fetch_from_whisper_sdist() -> None:
         raise ValueError("gpt2.tiktoken in the openai-whisper sdist does not have r50k_base's sha256")
     cache_dir = tiktoken_cache_dir()
     os.makedirs(cache_dir, exist_ok=True)
-    target = os.path.join(cache_dir, hashlib.sha1(R50K_URL.encode()).hexdigest())
-    with open(target + ".tmp", "wb") as f:
+    with atomic_write(os.path.join(cache_dir, R50K_CACHE_KEY)) as f:
         f.write(data)
-    os.replace(target + ".tmp", target)
 
 
 def get_encoding() -> tiktoken.Encoding:

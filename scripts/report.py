@@ -269,7 +269,7 @@ def plot_val_loss(runs: list[Run], x_axis: str, path: str) -> None:
                 labelled.add(run.row)
             ax.plot(x, [v[3] for v in run.val], color=colors[run.row], label=label, alpha=0.85)
         # Zoom past the first evaluations, where all curves are high and alike.
-        losses = sorted(v[3] for run in column_runs for v in run.val if v[0] > 0) or [run.val[0][3]]
+        losses = sorted(v[3] for run in column_runs for v in run.val if v[0] > 0) or [column_runs[0].val[0][3]]
         low, high = losses[0], losses[int(0.9 * (len(losses) - 1))]
         ax.set_ylim(low - 0.05 * (high - low) - 1e-3, high + 1e-3)
         ax.set_title(column)

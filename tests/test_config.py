@@ -49,3 +49,12 @@ def test_model_args_from_preset_and_overrides():
     assert TrainConfig(model="medium").model_args()["n_layer"] == 24
     args = TrainConfig(model="medium", n_layer=2).model_args()
     assert (args["n_layer"], args["n_head"], args["n_embd"]) == (2, 16, 1024)
+
+
+def test_values_out_of_range_are_refused():
+    with pytest.raises(ConfigError, match="wsd_decay_frac"):
+        TrainConfig(wsd_decay_frac=1.5)
+    with pytest.raises(ConfigError, match="warmup_iters"):
+        TrainConfig(warmup_iters=-1)
+    with pytest.raises(ConfigError, match="MARS-exact"):
+        TrainConfig(dtype="float16", optimizer="mars", is_approx=False)

@@ -181,3 +181,22 @@ def test_hellaswag_in_the_loop(tiny_dataset, tmp_path):
     rows = read_metrics(out, "hellaswag")
     assert [r["step"] for r in rows] == [0, 2, 4] and all(r["count"] == 5 for r in rows)
     assert all(0.0 <= r["acc_norm"] <= 1.0 and r["acc"] * 5 == round(r["acc"] * 5) for r in rows)
+
+
+def test_eval_only_scores_the_checkpoint_and_writes_nothing(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=6, eval_interval=6))
+    final_val = read_metrics(out, "val")[-1]["val_loss"]
+    files = {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)}
+    proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=6, eval_only=True))
+    assert f"at step 6: val loss {final_val:.4f}" in proc.stdout
+    assert {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)} == files
+    proc = run_train(tiny_run_args(tiny_dataset, str(tmp_path / "none"), eval_only=True), check=False)
+    assert proc.returncode != 0 and "needs a checkpoint" in proc.stderr
+
+
+def test_resume_refuses_another_optimizer_state(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=2))
+    proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=4, init_from="resume", optimizer="mars"), check=False)
+    assert proc.returncode != 0 and "'optimizer': ('adamw', 'mars')" in proc.stderr
