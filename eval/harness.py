@@ -26,7 +26,7 @@ from lm_eval.utils import get_rolling_token_windows, handle_non_serializable, ma
 
 from data.tokenizer import EOT_TOKEN, get_encoding
 from eval.paper import PAPER_COLUMNS, paper_scores
-from eval.scoring import TokenPair, autocast_context, encode, score_continuations
+from eval.scoring import TokenPair, autocast_context, encode, right_padded, score_continuations
 from model import GPT
 
 DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's default when a task does not say
@@ -144,9 +144,7 @@ class GPTLM(TemplateLM):
         active = [r for r in range(len(contexts)) if max_new[r] > 0]
         while active:
             lengths = [len(sequences[r]) for r in active]
-            idx = torch.zeros(len(active), max(lengths), dtype=torch.long)
-            for row, r in enumerate(active):
-                idx[row, : lengths[row]] = torch.tensor(sequences[r])
+            idx = right_padded([sequences[r] for r in active])
             with self.autocast_ctx:
                 logits, _ = self.model(idx.to(self.device), all_logits=True)
             last = logits[torch.arange(len(active)), torch.tensor(lengths) - 1]

@@ -52,6 +52,15 @@ def autocast_context(device: str, dtype: str) -> ContextManager:
     return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
 
 
+def right_padded(sequences: list[list[int]]) -> torch.Tensor:
+    """The sequences as one (len, longest) id batch, padded on the right with 0: with causal
+    attention the padding after a sequence never reaches its real positions."""
+    idx = torch.zeros(len(sequences), max(len(x) for x in sequences), dtype=torch.long)
+    for row, x in enumerate(sequences):
+        idx[row, : len(x)] = torch.tensor(x)
+    return idx
+
+
 @torch.no_grad()
 def score_continuations(
     model: GPT, requests: list[TokenPair], device: str, autocast_ctx: ContextManager, batch_size: int
@@ -76,11 +85,7 @@ def score_continuations(
         # The last token is only ever a target; at most block_size tokens are fed,
         # cutting the context on the left when the pair is longer.
         inputs = [(requests[i][0] + requests[i][1])[-(block_size + 1) : -1] for i in batch]
-        # Right padding: with causal attention the padding after a sequence never
-        # reaches its real positions.
-        idx = torch.zeros(len(batch), max(len(x) for x in inputs), dtype=torch.long)
-        for row, x in enumerate(inputs):
-            idx[row, : len(x)] = torch.tensor(x)
+        idx = right_padded(inputs)
         with autocast_ctx:
             logits, _ = model(idx.to(device), all_logits=True)
         sums, greedy = [], []

@@ -59,8 +59,9 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str) -> tor
         # on AdamW; muon_embeddings_on_adamw moves the embeddings (and the tied head) to AdamW.
         on_adamw = {id(p) for p in embedding_params(model)} if cfg.muon_embeddings_on_adamw else set()
         params = [p for p in model.parameters() if p.requires_grad]
-        muon = [p for p in params if p.ndim == 2 and id(p) not in on_adamw]
-        adamw = [p for p in params if not (p.ndim == 2 and id(p) not in on_adamw)]
+        takes_muon = {id(p): p.ndim == 2 and id(p) not in on_adamw for p in params}
+        muon = [p for p in params if takes_muon[id(p)]]
+        adamw = [p for p in params if not takes_muon[id(p)]]
         optimizer = Muon(
             [dict(params=muon, use_muon=True), dict(params=adamw, use_muon=False)],
             lr=cfg.learning_rate, momentum=cfg.muon_momentum, nesterov=cfg.muon_nesterov,

@@ -34,7 +34,8 @@ Where we fix its defects:
   - no host sync (the norm clip is arithmetic) and no per-parameter Python math:
     the element-wise work is the rules of rules.py, compiled into fused kernels with
     no model-sized temporaries (one, in eager mode), where the official code
-    allocates about 12 per step; the state holds only what the rule reads (the
+    allocates about 12 per step; the state holds only what the rule reads, plus
+    the per-parameter step count that the official code keeps for every rule (the
     official code also allocates v for MARS-Lion and MARS-Shampoo, and g_prev for
     1-D parameters). MARS-Shampoo's NS5 runs per matrix, as matrix products.
 
