@@ -1,29 +1,19 @@
 # GPT-2 medium (355M) with MARS-approx (MARS-AdamW): the paper's setting, as the official
 # AGI-Arena/MARS config/train_gpt2_medium_mars.py. 100k steps of 480 x 1024 tokens (~49B tokens);
 # the scripts in scripts/ pick the dataset, GPU count, micro-batch and token budget.
+# Settings not assigned here are the schema's defaults (config/__init__.py), which are the
+# paper's: cosine schedule, warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8, eval every 1000 steps.
 out_dir = "out/gpt2_medium_mars"
 wandb_run_name = "gpt2-medium-mars"
 dataset = "openwebtext"
 
 # model: GPT-2 medium, without biases, attention logits of layer i also divided by i + 1 (as the official runs)
 model = "medium"
-vocab_size = 50304
-block_size = 1024
 bias = False
-dropout = 0.0
 scale_attn_by_inverse_layer_idx = True
 
 # batch: 480 sequences of 1024 tokens per step on any number of GPUs
-total_batch_size = 480 * 1024
 micro_batch_size = 15  # sequences per GPU per micro-step: what fits an 80 GB card
-max_iters = 100_000
-
-# schedule: linear warmup, cosine decay to min_lr over the whole run
-lr_schedule = "cosine"
-warmup_iters = 2000
-lr_decay_iters = 0  # 0: the end of the run (max_iters, or the --max_tokens budget)
-min_lr = 6e-5
-grad_clip = 1.0
 
 # optimizer: MARS-AdamW, approximate form (one gradient per step); AdamW on the 1-D parameters
 optimizer = "mars"
@@ -34,16 +24,9 @@ learning_rate = 3e-3
 weight_decay = 1e-2
 beta1 = 0.95
 beta2 = 0.99
-eps = 1e-8
-optimize_1d = False
-amsgrad = False
 lr_1d = 1.5e-3
-beta1_1d = 0.9
-beta2_1d = 0.95
 weight_decay_1d = 0.1
 
 # evaluation and logging
-eval_interval = 1000
 eval_sequences = 3000  # fixed windows; the official code averages 200 random batches of 15
-log_interval = 10
 compile = True
