@@ -287,11 +287,10 @@ def train(cfg: TrainConfig) -> None:
 
     def checkpoint_state() -> dict:
         rng = dict(cpu=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
-        rng_all = [None] * world_size
+        rng_all = [rng]
         if distributed:
+            rng_all = [None] * world_size
             dist.all_gather_object(rng_all, rng)
-        else:
-            rng_all = [rng]
         return dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
                     step=step, tokens_seen=step * cfg.total_batch_size, best_val_loss=best_val_loss,
                     config=cfg.to_dict(), model_args=model_args, rng=rng_all,
@@ -310,7 +309,6 @@ def train(cfg: TrainConfig) -> None:
     ckpt_interval = cfg.ckpt_interval or cfg.eval_interval
     loss_sum = torch.zeros((), device=device)  # sum of step losses since the last log
     clipped_steps = torch.zeros((), device=device)
-    grad_norm = torch.zeros((), device=device)
     steps_since_log, last_log_time, start_step = 0, time.time(), step
     stop_requested = False  # stop.received, made the same on every rank at log steps
     progress = None

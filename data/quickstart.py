@@ -17,8 +17,8 @@ import sysconfig
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from data.prepare import tokenize_in_order  # noqa: E402
 from data.shards import write_shard  # noqa: E402
-from data.tokenizer import EOT_TOKEN, get_encoding  # noqa: E402
 
 SKIPPED_DIRS = {"test", "tests", "site-packages", "idlelib", "lib2to3", "turtledemo", "__pycache__"}
 VAL_EVERY = 50
@@ -40,12 +40,11 @@ def prepare(out_dir: str) -> None:
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:
             texts.append(f.read())
-    enc = get_encoding()
-    docs = enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
+    (docs,) = tokenize_in_order(iter([texts]), workers=1)  # each document already preceded by <|endoftext|>
     os.makedirs(out_dir, exist_ok=True)
     for split, name in (("val", "stdlib_val_000000.bin"), ("train", "stdlib_train_000001.bin")):
         chosen = [d for i, d in enumerate(docs) if (i % VAL_EVERY == 0) == (split == "val")]
-        tokens = np.fromiter((t for d in chosen for t in (EOT_TOKEN, *d)), dtype=np.uint16)
+        tokens = np.concatenate(chosen)
         write_shard(os.path.join(out_dir, name), tokens)
         print(f"{split}: {len(chosen)} files, {len(tokens):,} tokens -> {os.path.join(out_dir, name)}")
 

@@ -8,9 +8,9 @@ A RuleKernel runs a rule in one of two ways that give the same numbers:
   - torch.compile'd: inductor fuses the whole rule, per tensor, into one reduction
     pass (for MARS's per-tensor norm) and one element-wise pass that reads every
     input once and writes every output once, with no temporaries (for MARS-AdamW
-    10 words of memory traffic per parameter against fused AdamW's 7). On CPU it is called once per tensor with dynamic
-    shapes, so one graph serves every tensor (compiling the 148 tensors of GPT-2
-    small as one graph took minutes on a 2-core CPU).
+    10 words of memory traffic per parameter against fused AdamW's 7). On CPU it is
+    called once per tensor with dynamic shapes, so one graph serves every tensor
+    (compiling the 148 tensors of GPT-2 small as one graph took minutes on 2 cores).
 Values that change every step (the learning rate, the bias corrections) are 0-d
 tensors, so the compiled graph never recompiles for them; hyperparameters are
 floats baked into it. Nothing here reads a tensor's value on the host.
