@@ -8,7 +8,7 @@ from GPT-2's 50257 to 50304 (a multiple of 64) for faster matrix products.
 """
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -182,12 +182,3 @@ class GPT(nn.Module):
                 idx_next = torch.multinomial(probs, num_samples=1, generator=generator)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
-
-    @classmethod
-    def from_checkpoint(cls, path: str, device: str = "cpu") -> "GPT":
-        """The model stored in a train.py checkpoint, in eval mode."""
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-        model_args = ckpt["model_args"]
-        model = cls(GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)}))
-        model.load_state_dict(ckpt["model"])
-        return model.to(device).eval()

@@ -13,6 +13,7 @@ import argparse
 import torch
 
 from data.tokenizer import EOT_TOKEN, get_encoding
+from checkpoint import load_model
 from model import GPT
 
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
 
-    model = GPT.from_checkpoint(args.checkpoint, args.device)
+    model = load_model(args.checkpoint, args.device)
     samples = generate_samples(
         model, read_prompt(args.prompt), args.num_samples, args.max_new_tokens, args.temperature,
         args.top_k or None, args.seed, args.device,

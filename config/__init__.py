@@ -19,46 +19,57 @@ import types
 import typing
 from dataclasses import dataclass
 
+from model import PRESETS, GPTConfig
+
 
 @dataclass
 class TrainConfig:
     # ---- output and run identity
     out_dir: str = "out"  # checkpoints, config.json and metrics.jsonl go here
-    seed: int = 1337  # fixes init, data order and the validation windows
+    seed: int = 1337  # fixes init, data order and dropout (the validation windows are fixed for every seed)
     init_from: str = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
 
     # ---- data: token shards in data_dir (default data/<dataset>/), *_train_*.bin and *_val_*.bin
     dataset: str = "openwebtext"
     data_dir: str = ""
 
-    # ---- model (see model.py); `model` names a preset, n_layer/n_head/n_embd override it
-    model: str = "small"  # small | medium | large | xl
+    # ---- model: the fields of model.GPTConfig (defaults from there); `model` names one of
+    # model.PRESETS, and n_layer/n_head/n_embd override it
+    model: str = "small"
     n_layer: int = 0  # 0: from the preset
     n_head: int = 0
     n_embd: int = 0
-    block_size: int = 1024
-    vocab_size: int = 50304
-    dropout: float = 0.0
-    bias: bool = True
-    scale_attn_by_inverse_layer_idx: bool = False
+    block_size: int = GPTConfig.block_size
+    vocab_size: int = GPTConfig.vocab_size
+    dropout: float = GPTConfig.dropout
+    bias: bool = GPTConfig.bias
+    scale_attn_by_inverse_layer_idx: bool = GPTConfig.scale_attn_by_inverse_layer_idx
 
     # ---- batch: the GLOBAL batch in tokens; gradient accumulation is derived
     # as total_batch_size / (micro_batch_size * block_size * world_size).
     total_batch_size: int = 480 * 1024
     micro_batch_size: int = 16  # sequences per device per micro-step
+    # The gradient that clipping and the optimizer see is grad_multiplier x the mean gradient of the
+    # global batch (in both passes of MARS-exact). The official MARS scripts never divide the loss by
+    # their per-GPU accumulation count, so their gradient is that count x the mean: 4 for small and
+    # medium, 12 for large and xl, which the paper configs set here, whatever the GPU count.
+    grad_multiplier: float = 1.0
 
     # ---- run length: max_tokens, when set, wins (max_iters = ceil(max_tokens / total_batch_size))
     max_iters: int = 100_000
     max_tokens: int = 0
 
-    # ---- optimizer (built by optim.build_optimizer)
-    optimizer: str = "adamw"  # adamw | mars | muon
+    # ---- optimizer: a name in the registry optim.OPTIMIZERS, which says which keys each reads
+    optimizer: str = "adamw"
     learning_rate: float = 6e-4  # peak lr of the main (2-D) parameter group
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # global-norm clipping; 0 disables
+    # Which 2-D parameters take weight_decay: True, every one (nanoGPT's rule); False, the nn.Linear
+    # weights only, as the official MARS code (no decay for the embeddings and the tied head).
+    decay_embeddings: bool = True
     # The other (1-D) parameters of MARS and Muon take AdamW with these settings.
     lr_1d: float = 3e-3
     beta1_1d: float = 0.9
@@ -70,16 +81,26 @@ class TrainConfig:
     is_approx: bool = True
     optimize_1d: bool = False
     amsgrad: bool = False
-    # Muon
+    # MARS-M (optimizer "mars-m"; also reads gamma, is_approx, and beta1 as its momentum, as the official)
+    mars_m_efficient: bool = False  # the memory-efficient form (official mars_m_efficient.py): approx, no clip
+    # Muon (Moonlight reads beta1 as its momentum, as the official, and muon_nesterov)
     muon_momentum: float = 0.95
     muon_nesterov: bool = True
     muon_embeddings_on_adamw: bool = False  # the now-recommended split; the paper puts them on Muon
+    # The AdamW on Muon's other parameters: "torch" (torch's arithmetic) or "official", that of the
+    # official MARS repository's optimizers/adamw.py (eps added to the uncorrected sqrt(v), weight
+    # decay scaled by the bias-corrected step size), which its train_muon.py uses.
+    muon_adamw: str = "torch"
 
     # ---- learning-rate schedule: cosine | constant | wsd (warmup-stable-decay)
     lr_schedule: str = "cosine"
     warmup_iters: int = 2000
     lr_decay_iters: int = 0  # cosine: decays until here (0: max_iters)
     min_lr: float = 6e-5  # absolute lr of the main group at the end of decay
+    # Where the other param groups (lr_1d, ...) end: "scaled", at base_lr * min_lr / learning_rate
+    # (every group follows the main one; the official AdamW and MARS scripts); "absolute", at
+    # min_lr itself (the official train_muon.py since commit 0052466).
+    min_lr_groups: str = "scaled"
     wsd_decay_frac: float = 0.2  # wsd: fraction of the run spent decaying linearly to min_lr
 
     # ---- evaluation, logging, checkpoints
@@ -87,7 +108,9 @@ class TrainConfig:
     eval_sequences: int = 200  # fixed validation windows (the same every eval and every run)
     eval_only: bool = False
     log_interval: int = 10  # also the cadence of NaN and stop-signal checks
-    ckpt_interval: int = 0  # save ckpt.pt every this many steps (0: at each eval)
+    ckpt_interval: int = 0  # save a checkpoint every this many steps (0: at each eval)
+    ckpt_keep: int = 2  # keep the newest this many checkpoints (resume falls back to an older one if needed)
+    ckpt_keep_best: bool = False  # also keep the best-validation checkpoint (ckpt_best.pt)
     sample_tokens: int = 0  # at the end, print a sample of this many tokens
     hellaswag_interval: int = 0  # zero-shot HellaSwag acc_norm every this many steps (0: never)
     hellaswag_file: str = ""  # local HellaSwag validation jsonl ("": download from the hub)
@@ -108,16 +131,9 @@ class TrainConfig:
 
     def model_args(self) -> dict[str, typing.Any]:
         """GPTConfig arguments: the preset, then any explicit n_layer/n_head/n_embd."""
-        from model import PRESETS
-
-        args = dict(PRESETS[self.model])
-        for key in ("n_layer", "n_head", "n_embd"):
-            if getattr(self, key):
-                args[key] = getattr(self, key)
-        args.update(
-            block_size=self.block_size, vocab_size=self.vocab_size, dropout=self.dropout, bias=self.bias,
-            scale_attn_by_inverse_layer_idx=self.scale_attn_by_inverse_layer_idx,
-        )
+        args = {f.name: getattr(self, f.name) for f in dataclasses.fields(GPTConfig)}
+        for key, value in PRESETS[self.model].items():
+            args[key] = args[key] or value  # 0: from the preset
         return args
 
     def grad_accum_steps(self, world_size: int) -> int:
@@ -143,14 +159,20 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message names the key and the fix."""
 
 
-CHOICES = {
-    "init_from": ("scratch", "resume"),
-    "model": ("small", "medium", "large", "xl"),
-    "optimizer": ("adamw", "mars", "muon"),
-    "mars_type": ("mars-adamw", "mars-lion", "mars-shampoo"),
-    "lr_schedule": ("cosine", "constant", "wsd"),
-    "dtype": ("auto", "bfloat16", "float16", "float32"),
-}
+def choices() -> dict[str, tuple[str, ...]]:
+    """The allowed values of the keys that name a choice (optimizers from the registry)."""
+    from optim import OPTIMIZERS, VARIANT_CHOICES  # imports torch: only when a config is validated
+
+    return {
+        "init_from": ("scratch", "resume"),
+        "model": tuple(PRESETS),
+        "optimizer": tuple(OPTIMIZERS),
+        **VARIANT_CHOICES,
+        "lr_schedule": ("cosine", "constant", "wsd"),
+        "min_lr_groups": ("scaled", "absolute"),
+        "muon_adamw": ("torch", "official"),
+        "dtype": ("auto", "bfloat16", "float16", "float32"),
+    }
 
 
 def _check_types(cfg: TrainConfig) -> None:
@@ -169,22 +191,26 @@ def _check_types(cfg: TrainConfig) -> None:
 
 
 def _check_values(cfg: TrainConfig) -> None:
-    for key, allowed in CHOICES.items():
+    for key, allowed in choices().items():
         if getattr(cfg, key) not in allowed:
             raise ConfigError(f"config key '{key}' is {getattr(cfg, key)!r}; choose one of {', '.join(allowed)}")
     if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
         raise ConfigError(f"config key 'device' is {cfg.device!r}; use auto, cpu, cuda or cuda:N")
     for key in ("total_batch_size", "micro_batch_size", "block_size", "eval_interval", "log_interval",
-                "eval_sequences", "vocab_size"):
+                "eval_sequences", "vocab_size", "ckpt_keep"):
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"config key '{key}' must be positive, got {getattr(cfg, key)}")
     for key in ("warmup_iters", "lr_decay_iters", "ckpt_interval", "hellaswag_interval", "hellaswag_examples",
                 "max_tokens", "sample_tokens"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"config key '{key}' must not be negative, got {getattr(cfg, key)}")
+    if not cfg.grad_multiplier > 0:
+        raise ConfigError(f"config key 'grad_multiplier' must be positive, got {cfg.grad_multiplier}")
     if not 0.0 <= cfg.wsd_decay_frac <= 1.0:
         raise ConfigError(f"config key 'wsd_decay_frac' must be in [0, 1], got {cfg.wsd_decay_frac}")
-    if cfg.dtype == "float16" and cfg.optimizer == "mars" and not cfg.is_approx:
+    if cfg.mars_m_efficient and not cfg.is_approx:
+        raise ConfigError("mars_m_efficient=True is the approximate MARS-M: it needs is_approx=True")
+    if cfg.dtype == "float16" and cfg.optimizer in ("mars", "mars-m") and not cfg.is_approx:
         # A gradient that overflows in fp16 on MARS-exact's second pass would become g_prev and turn the
         # update into NaN, and the GradScaler only skips steps whose own gradients overflow.
         raise ConfigError("dtype='float16' cannot be combined with MARS-exact (is_approx=False); use bfloat16")

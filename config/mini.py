@@ -1,5 +1,5 @@
 # The CPU mini reproduction (scripts/mini_sweep.sh, scripts/mini_paper.sh): a tiny GPT on the
-# standard-library corpus (python data/quickstart.py), the paper's recipe shrunk to minutes.
+# standard-library corpus (python -m data.quickstart), the paper's recipe shrunk to minutes.
 # The optimizer settings come from config/mini_{adamw,muon,mars}.py, applied after this file.
 out_dir = "out/mini"
 dataset = "stdlib"

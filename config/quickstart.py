@@ -1,4 +1,4 @@
-# A small GPT on the standard-library corpus (python data/quickstart.py), on CPU in a few minutes.
+# A small GPT on the standard-library corpus (python -m data.quickstart), on CPU in a few minutes.
 out_dir = "out/quickstart"
 dataset = "stdlib"
 device = "cpu"

@@ -27,7 +27,7 @@ class TokenWindows:
         if not self.paths:
             raise FileNotFoundError(
                 f"no '{split}' token shards (*_{split}_*.bin) in {data_dir}; prepare the dataset first "
-                "(python data/prepare.py <name>, or data/quickstart.py for the quickstart corpus)"
+                "(python -m data.prepare <name>, or python -m data.quickstart for the quickstart corpus)"
             )
         self.block_size = block_size
         self.shards = [open_shard(p) for p in self.paths]

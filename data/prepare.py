@@ -1,10 +1,10 @@
 """
 Token shards for OpenWebText, FineWeb-Edu and local text files, and their verification.
 
-    python data/prepare.py openwebtext
-    python data/prepare.py fineweb-edu --subset sample-10BT      # or sample-100BT, sample-350BT, default
-    python data/prepare.py text --files 'corpus/*.jsonl'         # .txt, .json(l)[.gz], .parquet
-    python data/prepare.py verify data/fineweb-edu
+    python -m data.prepare openwebtext
+    python -m data.prepare fineweb-edu                           # sample-100BT; --subset sample-10BT, ...
+    python -m data.prepare text --files 'corpus/*.jsonl'         # .txt, .json(l)[.gz], .parquet
+    python -m data.prepare verify data/fineweb-edu100B
 
 Conventions (the loader, the evals and the quickstart share them):
 - Delimiter: every document is PRECEDED by <|endoftext|> (50256), as in llm.c and
@@ -54,13 +54,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
-import datasets
 import numpy as np
 from tqdm import tqdm
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data.shards import ShardError, atomic_write, open_shard, write_shard  # noqa: E402
-from data.tokenizer import EOT_TOKEN, get_encoding  # noqa: E402
+# `datasets` is imported where sources are read, so that tokenising local text (data/quickstart.py)
+# does not need it.
+
+from data.shards import ShardError, atomic_write, open_shard, write_shard
+from data.tokenizer import EOT_TOKEN, get_encoding
 
 DEFAULT_SHARD_SIZE = 100_000_000  # tokens; 200 MB per shard
 VOCAB_SIZE = 50257  # GPT-2: every token id is below this
@@ -68,6 +69,9 @@ TOKENIZER = "tiktoken r50k_base (GPT-2 BPE)"
 DELIMITER = "<|endoftext|> (50256) before every document"
 SPLITS = ("val", "train")
 MANIFEST = "manifest.json"
+# FineWeb-Edu subsets and their folders in data/ (the official MARS runs read fineweb-edu100B)
+FINEWEB_FOLDERS = {"sample-10BT": "fineweb-edu10B", "sample-100BT": "fineweb-edu100B",
+                   "sample-350BT": "fineweb-edu350B", "default": "fineweb-edu"}
 
 
 class PrepareError(Exception):
@@ -145,6 +149,7 @@ def local_files(patterns: list[str]) -> tuple[str, ...]:
 
 def load_local_file(path: str):
     """A streamed datasets.IterableDataset over one local file, the builder chosen by its extension."""
+    import datasets
     name = path.lower().removesuffix(".gz").removesuffix(".zst")
     if name.endswith(".parquet"):
         return datasets.load_dataset("parquet", data_files=[path], split="train", streaming=True)
@@ -157,11 +162,13 @@ def load_local_file(path: str):
 
 def load_hub_dataset(source: Source):
     """The source's train split streamed from the Hugging Face hub, the subset as its config name."""
+    import datasets
     return datasets.load_dataset(source.dataset, name=source.subset, split="train", streaming=True)
 
 
 def document_batches(source: Source, skip: int, batch_size: int) -> Iterator[list[str]]:
     """The source's documents in stream order, in batches, after the first `skip` documents."""
+    import datasets
     datasets.disable_progress_bars()
     if source.files:
         # (An empty file holds no documents; datasets cannot even infer its schema.)
@@ -456,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     owt.add_argument("--files", nargs="+", default=[], help=hub_files)
     owt.add_argument("--val-fraction", type=float, default=0.0005)
     fineweb = commands.add_parser("fineweb-edu", parents=[common], help="HuggingFaceFW/fineweb-edu")
-    fineweb.add_argument("--subset", default="sample-10BT", help="sample-10BT, sample-100BT, sample-350BT, default")
+    fineweb.add_argument("--subset", default="sample-100BT", choices=list(FINEWEB_FOLDERS),
+                         help="the hub config; sample-100BT is the official MARS runs' (data/fineweb-edu100B/)")
     fineweb.add_argument("--files", nargs="+", default=[], help=hub_files)
     text = commands.add_parser("text", parents=[common], help="local .txt / .jsonl / .parquet files")
     text.add_argument("--files", nargs="+", required=True, help="files or quoted globs")
@@ -478,8 +486,8 @@ def main(argv: list[str] | None = None) -> int:
             source = Source("openwebtext", "Skylion007/openwebtext", None, files, args.text_column,
                             HeldOutFraction(args.val_fraction, seed=2357))
         elif args.command == "fineweb-edu":
-            source = Source("fineweb-edu", "HuggingFaceFW/fineweb-edu", args.subset, files, args.text_column,
-                            LeadingDocuments(tokens=args.shard_size))
+            source = Source(FINEWEB_FOLDERS[args.subset], "HuggingFaceFW/fineweb-edu", args.subset, files,
+                            args.text_column, LeadingDocuments(tokens=args.shard_size))
         else:
             source = Source(args.name, None, None, files, args.text_column,
                             HeldOutFraction(args.val_fraction, seed=2357))

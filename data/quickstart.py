@@ -1,9 +1,9 @@
 """
 The quickstart corpus: the Python standard library's own source files, which
-every Python installation has (about 11 MB, 3M GPT-2 tokens), as token shards
+every Python installation has (about 5M GPT-2 tokens), as token shards
 in data/stdlib/. No download beyond the GPT-2 BPE itself.
 
-    python data/quickstart.py [--out data/stdlib]
+    python -m data.quickstart [--out data/stdlib]
 
 Each file is one document, preceded by <|endoftext|> (the project's delimiter
 convention). Every 50th file (in sorted order) goes to the val split.
@@ -11,14 +11,12 @@ convention). Every 50th file (in sorted order) goes to the val split.
 
 import argparse
 import os
-import sys
 import sysconfig
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data.prepare import tokenize_in_order  # noqa: E402
-from data.shards import write_shard  # noqa: E402
+from data.prepare import tokenize_in_order
+from data.shards import write_shard
 
 SKIPPED_DIRS = {"test", "tests", "site-packages", "idlelib", "lib2to3", "turtledemo", "__pycache__"}
 VAL_EVERY = 50

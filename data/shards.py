@@ -33,6 +33,21 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO]:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_directory(os.path.dirname(path) or ".")
+
+
+def fsync_directory(path: str) -> None:
+    """Make a rename in the folder durable (a crash after it keeps the new name)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # a platform or filesystem without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_shard(path: str, tokens: np.ndarray) -> None:

@@ -33,6 +33,7 @@ import torch
 from safetensors.torch import save_file
 
 from data.tokenizer import EOT_TOKEN, get_encoding
+from checkpoint import load_model
 from model import GPT, GPTConfig
 
 # Linear weights that GPT-2 keeps in Conv1D layout (in_features, out_features).
@@ -163,7 +164,7 @@ def write_tokenizer(out_dir: str, model_max_length: int) -> None:
 
 def export(checkpoint: str, out_dir: str) -> None:
     """Write the Hugging Face folder for checkpoint into out_dir."""
-    model = GPT.from_checkpoint(checkpoint, "cpu")
+    model = load_model(checkpoint, "cpu")
     config = hf_config(model.config)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

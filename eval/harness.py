@@ -26,8 +26,10 @@ from lm_eval.utils import get_rolling_token_windows, handle_non_serializable, ma
 
 from data.tokenizer import EOT_TOKEN, get_encoding
 from eval.paper import PAPER_COLUMNS, paper_scores
-from eval.scoring import TokenPair, autocast_context, encode, right_padded, score_continuations
+from checkpoint import load_model
+from eval.scoring import TokenPair, encode, right_padded, score_continuations
 from model import GPT
+from runtime import autocast_context
 
 DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's default when a task does not say
 
@@ -53,7 +55,7 @@ class GPTLM(TemplateLM):
             raise ValueError("give exactly one of checkpoint (a path) and model (a GPT)")
         if str(batch_size).startswith("auto"):
             raise ValueError("batch_size 'auto' is not supported; give a number of sequences per forward")
-        self.model = GPT.from_checkpoint(checkpoint, device) if checkpoint is not None else model
+        self.model = load_model(checkpoint, device) if checkpoint is not None else model
         self._device = device  # LM.device reads it
         self.batch_size = int(batch_size)
         self.autocast_ctx = autocast_context(device, dtype)

@@ -22,8 +22,10 @@ from typing import ContextManager
 import torch
 import torch.distributed as dist
 
-from eval.scoring import autocast_context, score_continuations, split_context_continuation
+from checkpoint import load_model
+from eval.scoring import score_continuations, split_context_continuation
 from model import GPT
+from runtime import autocast_context
 
 HUB_DATASET = "Rowan/hellaswag"  # the dataset lm-eval's hellaswag task loads
 
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--batch_size", type=int, default=64, help="sequences (context + one ending) per forward")
     args = parser.parse_args(argv)
-    model = GPT.from_checkpoint(args.checkpoint, args.device)
+    model = load_model(args.checkpoint, args.device)
     examples = load_hellaswag(args.data)
     result = evaluate_hellaswag(
         model, examples, args.device, autocast_context(args.device, args.dtype), args.batch_size

@@ -11,7 +11,6 @@ score the continuation with log_softmax over the model's whole (padded)
 vocabulary, as the exported Hugging Face model would.
 """
 
-import contextlib
 from typing import ContextManager
 
 import torch
@@ -42,14 +41,6 @@ def split_context_continuation(context: str, continuation: str) -> TokenPair:
     whole = encode(context + continuation)
     context_tokens = encode(context)
     return context_tokens, whole[len(context_tokens) :]
-
-
-def autocast_context(device: str, dtype: str) -> ContextManager:
-    """Mixed precision for evaluation forwards: float32 runs as is."""
-    if dtype == "float32":
-        return contextlib.nullcontext()
-    device_type = "cuda" if str(device).startswith("cuda") else "cpu"
-    return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
 
 
 def right_padded(sequences: list[list[int]]) -> torch.Tensor:

@@ -1,9 +1,13 @@
 """
-Optimizers, built from the training config by one factory: AdamW (torch's),
-MARS (optim/mars.py) and Muon (optim/muon.py).
+The optimizer registry: every optimizer the training loop can build, in one table.
 
-train.py calls build_optimizer() and never branches on an optimizer's name.
-Contract with the training loop:
+Each entry says how the optimizer is built from the training config, which config
+keys it reads, which of them shape its state (a resume cannot change those), how
+reports name a run of it, and its recipes for the CPU mini reproduction. Config
+validation, resume checks, scripts/report.py and the mini scripts read this table;
+adding an optimizer is one file in optim/ plus one entry here.
+
+Contract with the training loop (train.py never branches on an optimizer's name):
   - every param group carries "base_lr"; the schedule sets lr = base_lr * multiplier
     (MARS's and Muon's AdamW-handled parameters follow the schedule through it too);
   - an optimizer with `needs_grad_on_next_batch = True` (MARS-exact) gets, before
@@ -13,63 +17,102 @@ Contract with the training loop:
   - zero_grad() with either set_to_none value is correct for every optimizer here.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn as nn
 
-from config import TrainConfig
-from optim.mars import MARS
-from optim.muon import Muon
+from optim.adamw import build_adamw
+from optim.mars import MARS, MARS_TYPES, build_mars
+from optim.mars_m import MARSM, build_mars_m
+from optim.moonlight import Moonlight, build_moonlight
+from optim.muon import Muon, build_muon
 
-__all__ = ["MARS", "Muon", "build_optimizer", "split_decay_groups"]
+if TYPE_CHECKING:
+    from config import TrainConfig
+
+__all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", "build_optimizer", "display_name"]
 
 
-def split_decay_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """2-D+ parameters (matrices, embeddings) decay; 1-D ones (biases, LayerNorm) do not."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [p for p in params if p.dim() >= 2], [p for p in params if p.dim() < 2]
+@dataclass(frozen=True)
+class OptimizerSpec:
+    name: str  # the value of the config key `optimizer`
+    build: Callable[[nn.Module, TrainConfig, str], torch.optim.Optimizer]  # (model, config, device type)
+    config_keys: tuple[str, ...]  # the TrainConfig keys build() reads
+    state_keys: tuple[str, ...]  # the subset that shapes the optimizer state: refused on resume
+    display_name: Callable[[dict], str]  # a run's name in reports, from its config dict
+    mini_recipes: dict[str, str] = field(default_factory=dict)  # name -> arguments after config/mini.py
 
 
-def embedding_params(model: nn.Module) -> list[nn.Parameter]:
-    """The embedding tables (the lm_head is tied to the token embedding: one parameter)."""
-    return [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]
+_MARS_NAMES = {"mars-adamw": "MARS", "mars-lion": "MARS-Lion", "mars-shampoo": "MARS-Shampoo"}
+_ADAMW_KEYS = ("learning_rate", "weight_decay", "decay_embeddings", "beta1", "beta2", "eps")
+_SIDE_ADAMW_KEYS = ("lr_1d", "beta1_1d", "beta2_1d", "weight_decay_1d")
+
+OPTIMIZERS: dict[str, OptimizerSpec] = {
+    spec.name: spec
+    for spec in (
+        OptimizerSpec(
+            "adamw", build_adamw, config_keys=_ADAMW_KEYS, state_keys=(),
+            display_name=lambda cfg: "AdamW",
+            mini_recipes={"adamw": "config/mini_adamw.py"},
+        ),
+        OptimizerSpec(
+            "mars", build_mars,
+            config_keys=(*_ADAMW_KEYS, *_SIDE_ADAMW_KEYS, "mars_type", "gamma", "is_approx", "optimize_1d",
+                         "amsgrad", "compile"),
+            state_keys=("mars_type", "is_approx", "optimize_1d", "amsgrad"),
+            display_name=lambda cfg: f"{_MARS_NAMES[cfg['mars_type']]}-{'approx' if cfg['is_approx'] else 'exact'}",
+            # MARS-exact first: it is the longest, so parallel runs finish together.
+            mini_recipes={"mars_exact": "config/mini_mars.py --is_approx=False",
+                          "mars_approx": "config/mini_mars.py --is_approx=True"},
+        ),
+        OptimizerSpec(
+            "muon", build_muon,
+            config_keys=("learning_rate", "weight_decay", "eps", "muon_momentum", "muon_nesterov",
+                         "muon_embeddings_on_adamw", "muon_adamw", *_SIDE_ADAMW_KEYS, "compile"),
+            state_keys=("muon_embeddings_on_adamw",),
+            display_name=lambda cfg: "Muon",
+            mini_recipes={"muon": "config/mini_muon.py"},
+        ),
+        OptimizerSpec(
+            "mars-m", build_mars_m,
+            config_keys=("learning_rate", "weight_decay", "beta1", "beta1_1d", "beta2_1d", "eps", "gamma",
+                         "is_approx", "mars_m_efficient", "compile"),
+            state_keys=("is_approx", "mars_m_efficient"),
+            display_name=lambda cfg: "MARS-M" + ("-efficient" if cfg["mars_m_efficient"] else
+                                                 "-approx" if cfg["is_approx"] else "-exact"),
+            mini_recipes={"mars_m": "config/mini_mars_m.py"},
+        ),
+        OptimizerSpec(
+            "moonlight", build_moonlight,
+            config_keys=("learning_rate", "weight_decay", "beta1", "muon_nesterov", "beta1_1d", "beta2_1d", "eps",
+                         "compile"),
+            state_keys=(),
+            display_name=lambda cfg: "Moonlight",
+            mini_recipes={"moonlight": "config/mini_moonlight.py"},
+        ),
+    )
+}
+VARIANT_CHOICES = {"mars_type": MARS_TYPES}  # config keys whose choices an optimizer defines
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str) -> torch.optim.Optimizer:
-    """The optimizer named by cfg.optimizer, with its parameter groups and base learning rates.
-    cfg.compile also selects the optimizers' compiled kernels (the same numbers, faster)."""
-    matrices, others = split_decay_groups(model)
-    if cfg.optimizer == "adamw":
-        groups = [dict(params=matrices, weight_decay=cfg.weight_decay), dict(params=others, weight_decay=0.0)]
-        optimizer = torch.optim.AdamW(
-            groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-            fused=device_type in ("cuda", "cpu"),
-        )
-    elif cfg.optimizer == "mars":
-        # Like the official runs: decay / no-decay groups; MARS then leaves the 1-D
-        # parameters to AdamW with weight_decay_1d (see optim/mars.py).
-        groups = [dict(params=matrices, weight_decay=cfg.weight_decay), dict(params=others, weight_decay=0.0)]
-        optimizer = MARS(
-            groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay,
-            amsgrad=cfg.amsgrad, gamma=cfg.gamma, is_approx=cfg.is_approx, mars_type=cfg.mars_type,
-            optimize_1d=cfg.optimize_1d, lr_1d=cfg.lr_1d, betas_1d=(cfg.beta1_1d, cfg.beta2_1d),
-            weight_decay_1d=cfg.weight_decay_1d, compiled=cfg.compile,
-        )
-    elif cfg.optimizer == "muon":
-        # The paper's baseline: every 2-D parameter (embeddings too) on Muon, the rest
-        # on AdamW; muon_embeddings_on_adamw moves the embeddings (and the tied head) to AdamW.
-        on_adamw = {id(p) for p in embedding_params(model)} if cfg.muon_embeddings_on_adamw else set()
-        params = [p for p in model.parameters() if p.requires_grad]
-        takes_muon = {id(p): p.ndim == 2 and id(p) not in on_adamw for p in params}
-        muon = [p for p in params if takes_muon[id(p)]]
-        adamw = [p for p in params if not takes_muon[id(p)]]
-        optimizer = Muon(
-            [dict(params=muon, use_muon=True), dict(params=adamw, use_muon=False)],
-            lr=cfg.learning_rate, momentum=cfg.muon_momentum, nesterov=cfg.muon_nesterov,
-            weight_decay=cfg.weight_decay, adamw_lr=cfg.lr_1d, adamw_betas=(cfg.beta1_1d, cfg.beta2_1d),
-            adamw_eps=cfg.eps, adamw_weight_decay=cfg.weight_decay_1d, compiled=cfg.compile,
-        )
-    else:
-        raise NotImplementedError(f"optimizer '{cfg.optimizer}' is not implemented")
+    """The optimizer named by cfg.optimizer, each param group's base_lr set to its initial lr."""
+    optimizer = OPTIMIZERS[cfg.optimizer].build(model, cfg, device_type)
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]
     return optimizer
+
+
+def display_name(cfg: dict) -> str:
+    """How reports name a run, from its config.json's config."""
+    return OPTIMIZERS[cfg["optimizer"]].display_name(cfg)
+
+
+def mini_recipes() -> dict[str, str]:
+    """Every optimizer's CPU mini-reproduction recipes: name -> arguments after config/mini.py."""
+    return {name: args for spec in OPTIMIZERS.values() for name, args in spec.mini_recipes.items()}

@@ -46,9 +46,13 @@ batch of step t+1 and calls stash_grad_for_next_step(); step t still uses the
 gradient stashed before step t-1 (zero at the first step).
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
+import torch.nn as nn
 from torch.optim import Optimizer
 
 from optim.newton_schulz import orthogonalized_update
@@ -56,11 +60,78 @@ from optim.rules import (
     MARS_ADAMW, MARS_LION, adam_state, adam_step_scalars, adamw_update, decoupled_step_, mars_momentum_,
     scalar_tensor,
 )
+from optim.param_groups import split_decay_groups
+
+if TYPE_CHECKING:
+    from config import TrainConfig
 
 MARS_TYPES = ("mars-adamw", "mars-lion", "mars-shampoo")
 
 
-class MARS(Optimizer):
+class KeptGradients:
+    """The earlier gradients MARS-type optimizers keep: g_prev (the previous step's gradient, by
+    reference, for the approximate forms) and MARS-exact's stash (the gradient at the current weights
+    on the next step's batch). For an Optimizer with `is_approx` and `uses_mars_rule(p, group)`;
+    shared by MARS and MARS-M."""
+
+    def _check_stashed(self) -> None:
+        stashed = [
+            "stashed_grad" in self.state[p]
+            for group in self.param_groups for p in group["params"]
+            if p.grad is not None and self.uses_mars_rule(p, group)
+        ]
+        if stashed and not any(stashed):
+            raise RuntimeError(
+                "MARS-exact (is_approx=False) needs stash_grad_for_next_step() before every step: "
+                "the gradient at the current weights on the next step's batch"
+            )
+
+    def _last_grad(self, p: torch.Tensor, state: dict) -> torch.Tensor:
+        """g_prev for this step: zero at the first; never storage that p.grad reuses."""
+        if "last_grad" not in state:
+            state["last_grad"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        for key in ("last_grad", "stashed_grad"):
+            if key in state and _same_storage(state[key], p.grad):
+                raise RuntimeError(
+                    "MARS keeps earlier gradients, but the gradient tensor holding one was reused in place "
+                    "(zeroed with set_to_none=False outside optimizer.zero_grad(), or never zeroed). "
+                    "Use optimizer.zero_grad(), with either set_to_none value."
+                )
+        return state["last_grad"]
+
+    def _keep_last_grads(self, params: list[torch.Tensor], states: list[dict]) -> None:
+        for p, state in zip(params, states):
+            if self.is_approx:
+                state["last_grad"] = p.grad  # a reference, not a copy: zero_grad() makes it safe
+            elif "stashed_grad" in state:
+                state["last_grad"] = state.pop("stashed_grad")
+            else:  # no gradient on the stash batch: g_prev is zero
+                del state["last_grad"]
+
+    @torch.no_grad()
+    def stash_grad_for_next_step(self) -> None:
+        """MARS-exact: keep p.grad (the clipped gradient at the current weights x_t on
+        the batch of step t+1) as g_prev for step t+1. Call it before step t."""
+        if self.is_approx:
+            return
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and self.uses_mars_rule(p, group):
+                    self.state[p]["stashed_grad"] = p.grad
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if not set_to_none:
+            # The gradients we keep are p.grad tensors, which are about to be zeroed in place.
+            for group in self.param_groups:
+                for p in group["params"]:
+                    state = self.state.get(p, {})
+                    for key in ("last_grad", "stashed_grad"):
+                        if p.grad is not None and key in state and _same_storage(state[key], p.grad):
+                            state[key] = p.grad.clone()
+        super().zero_grad(set_to_none)
+
+
+class MARS(KeptGradients, Optimizer):
     def __init__(
         self, params: Iterable, lr: float = 3e-3, betas: tuple[float, float] = (0.95, 0.99), eps: float = 1e-8,
         weight_decay: float = 0.0, amsgrad: bool = False, gamma: float = 0.025, is_approx: bool = True,
@@ -146,63 +217,6 @@ class MARS(Optimizer):
                 decoupled_step_(subset, updates, lr, wd)
             self._keep_last_grads(subset, states)
 
-    def _check_stashed(self) -> None:
-        stashed = [
-            "stashed_grad" in self.state[p]
-            for group in self.param_groups for p in group["params"]
-            if p.grad is not None and self.uses_mars_rule(p, group)
-        ]
-        if stashed and not any(stashed):
-            raise RuntimeError(
-                "MARS-exact (is_approx=False) needs stash_grad_for_next_step() before every step: "
-                "the gradient at the current weights on the next step's batch"
-            )
-
-    def _last_grad(self, p: torch.Tensor, state: dict) -> torch.Tensor:
-        """g_prev for this step: zero at the first; never storage that p.grad reuses."""
-        if "last_grad" not in state:
-            state["last_grad"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        for key in ("last_grad", "stashed_grad"):
-            if key in state and _same_storage(state[key], p.grad):
-                raise RuntimeError(
-                    "MARS keeps earlier gradients, but the gradient tensor holding one was reused in place "
-                    "(zeroed with set_to_none=False outside optimizer.zero_grad(), or never zeroed). "
-                    "Use optimizer.zero_grad(), with either set_to_none value."
-                )
-        return state["last_grad"]
-
-    def _keep_last_grads(self, params: list[torch.Tensor], states: list[dict]) -> None:
-        for p, state in zip(params, states):
-            if self.is_approx:
-                state["last_grad"] = p.grad  # a reference, not a copy: zero_grad() makes it safe
-            elif "stashed_grad" in state:
-                state["last_grad"] = state.pop("stashed_grad")
-            else:  # no gradient on the stash batch: g_prev is zero
-                del state["last_grad"]
-
-    @torch.no_grad()
-    def stash_grad_for_next_step(self) -> None:
-        """MARS-exact: keep p.grad (the clipped gradient at the current weights x_t on
-        the batch of step t+1) as g_prev for step t+1. Call it before step t."""
-        if self.is_approx:
-            return
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None and self.uses_mars_rule(p, group):
-                    self.state[p]["stashed_grad"] = p.grad
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        if not set_to_none:
-            # The gradients we keep are p.grad tensors, which are about to be zeroed in place.
-            for group in self.param_groups:
-                for p in group["params"]:
-                    state = self.state.get(p, {})
-                    for key in ("last_grad", "stashed_grad"):
-                        if p.grad is not None and key in state and _same_storage(state[key], p.grad):
-                            state[key] = p.grad.clone()
-        super().zero_grad(set_to_none)
-
-
 def _rule(p: torch.Tensor, mars_type: str) -> str:
     """The update p takes: 1-D parameters of MARS-Shampoo (with optimize_1d) take MARS-AdamW's."""
     return "mars-adamw" if mars_type == "mars-shampoo" and p.ndim != 2 else mars_type
@@ -210,3 +224,16 @@ def _rule(p: torch.Tensor, mars_type: str) -> str:
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def build_mars(model: nn.Module, cfg: TrainConfig, device_type: str) -> MARS:
+    """MARS from the training config: decay / no-decay groups (see decay_embeddings), as the official
+    runs; MARS then leaves the 1-D parameters to AdamW with weight_decay_1d (see the module docstring)."""
+    decayed, not_decayed = split_decay_groups(model, cfg.decay_embeddings)
+    groups = [dict(params=decayed, weight_decay=cfg.weight_decay), dict(params=not_decayed, weight_decay=0.0)]
+    return MARS(
+        groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay,
+        amsgrad=cfg.amsgrad, gamma=cfg.gamma, is_approx=cfg.is_approx, mars_type=cfg.mars_type,
+        optimize_1d=cfg.optimize_1d, lr_1d=cfg.lr_1d, betas_1d=(cfg.beta1_1d, cfg.beta2_1d),
+        weight_decay_1d=cfg.weight_decay_1d, compiled=cfg.compile,
+    )

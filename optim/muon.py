@@ -17,14 +17,22 @@ another's Newton-Schulz work. The momentum buffers are updated on every rank
 state_dict is a complete checkpoint.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 from torch.optim import Optimizer
 
 from optim.newton_schulz import orthogonalized_update
-from optim.rules import adamw_update, decoupled_step_
+from optim.param_groups import embedding_params
+from optim.rules import ADAMW_VARIANTS, adamw_update, decoupled_step_
+
+if TYPE_CHECKING:
+    from config import TrainConfig
 
 NS5_EPS = 1e-7  # the official Muon's; MARS-Shampoo uses the optimizer's eps
 
@@ -34,11 +42,16 @@ class Muon(Optimizer):
         self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
         weight_decay: float = 0.0, ns_steps: int = 5, adamw_lr: float = 3e-3,
         adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8, adamw_weight_decay: float = 0.1,
-        *, compiled: bool = True,
+        *, compiled: bool = True, adamw_variant: str = "torch",
     ):
         """params: tensors (2-D ones go to Muon, the rest to AdamW) or param groups
         that each say use_muon=True/False; a group's missing settings come from the
-        arguments of its kind (lr, momentum, ... for Muon; adamw_* for AdamW)."""
+        arguments of its kind (lr, momentum, ... for Muon; adamw_* for AdamW).
+        adamw_variant: the AdamW arithmetic, one of rules.ADAMW_VARIANTS ("official-mars":
+        the official repository's optimizers/adamw.py, which its train_muon.py uses)."""
+        if adamw_variant not in ADAMW_VARIANTS:
+            raise ValueError(f"adamw_variant {adamw_variant!r}: choose one of {', '.join(ADAMW_VARIANTS)}")
+        self.adamw_variant = adamw_variant
         self.muon_defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                                   ns_steps=ns_steps)
         self.adamw_defaults = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps, weight_decay=adamw_weight_decay)
@@ -74,7 +87,7 @@ class Muon(Optimizer):
                 self._muon_update(group, params)
             else:
                 adamw_update(self.state, params, group["lr"], group["betas"], group["eps"], group["weight_decay"],
-                             amsgrad=False, compiled=self.compiled)
+                             amsgrad=False, compiled=self.compiled, variant=self.adamw_variant)
         return loss
 
     def _muon_update(self, group: dict, params: list[torch.Tensor]) -> None:
@@ -83,6 +96,10 @@ class Muon(Optimizer):
         torch._foreach_mul_(buffers, group["momentum"])
         torch._foreach_add_(buffers, grads)
         directions = torch._foreach_add(grads, buffers, alpha=group["momentum"]) if group["nesterov"] else buffers
+        self._orthogonalized_step(params, directions, group)
+
+    def _orthogonalized_step(self, params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
+        """p <- p * (1 - lr * weight_decay) - lr * NS5(direction) * max(1, rows/cols)^0.5."""
         updates = orthogonalized_across_ranks(directions, group["ns_steps"])
         decoupled_step_(params, updates, group["lr"], group["weight_decay"])
 
@@ -125,3 +142,21 @@ def balanced_owners(sizes: list[int], world_size: int) -> list[int]:
         owners[i] = loads.index(min(loads))
         loads[owners[i]] += sizes[i]
     return owners
+
+
+def build_muon(model: nn.Module, cfg: TrainConfig, device_type: str) -> Muon:
+    """Muon from the training config. The paper's baseline: every 2-D parameter (embeddings too)
+    on Muon, the rest on AdamW; muon_embeddings_on_adamw moves the embeddings (and the tied head)
+    to AdamW."""
+    on_adamw = {id(p) for p in embedding_params(model)} if cfg.muon_embeddings_on_adamw else set()
+    params = [p for p in model.parameters() if p.requires_grad]
+    takes_muon = {id(p): p.ndim == 2 and id(p) not in on_adamw for p in params}
+    muon = [p for p in params if takes_muon[id(p)]]
+    adamw = [p for p in params if not takes_muon[id(p)]]
+    return Muon(
+        [dict(params=muon, use_muon=True), dict(params=adamw, use_muon=False)],
+        lr=cfg.learning_rate, momentum=cfg.muon_momentum, nesterov=cfg.muon_nesterov,
+        weight_decay=cfg.weight_decay, adamw_lr=cfg.lr_1d, adamw_betas=(cfg.beta1_1d, cfg.beta2_1d),
+        adamw_eps=cfg.eps, adamw_weight_decay=cfg.weight_decay_1d, compiled=cfg.compile,
+        adamw_variant="official-mars" if cfg.muon_adamw == "official" else "torch",
+    )

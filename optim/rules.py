@@ -113,6 +113,24 @@ def adamw_(
                weight_decay)
 
 
+def uncorrected_eps_adamw_(
+    params: Tensors, grads: Tensors, exp_avgs: Tensors, exp_avg_sqs: Tensors, step_sizes: Tensors,
+    decay_factors: Tensors, lr: torch.Tensor, *, beta1: float, beta2: float, eps: float,
+) -> None:
+    """AdamW as the official MARS and MARS-M repositories write their own, eps added to sqrt(v)
+    before the bias corrections (adamw_ adds it after):
+        p <- p * decay_factor + step_size * m / (sqrt(v) + eps),  step_size = -lr sqrt(1-beta2^t) / (1-beta1^t)
+    (see adamw_update for the decay factors)."""
+    adam_moments_(exp_avgs, exp_avg_sqs, grads, beta1, beta2)
+    torch._foreach_mul_(params, decay_factors)
+    update = torch._foreach_sqrt(exp_avg_sqs)  # eagerly, the step's one temporary
+    torch._foreach_add_(update, eps)
+    torch._foreach_reciprocal_(update)
+    torch._foreach_mul_(update, exp_avgs)
+    torch._foreach_mul_(update, step_sizes)
+    torch._foreach_add_(params, update)
+
+
 def mars_adamw_(
     params: Tensors, grads: Tensors, last_grads: Tensors, exp_avgs: Tensors, exp_avg_sqs: Tensors,
     max_exp_avg_sqs: Tensors, step_sizes: Tensors, inv_bias_correction2_sqrts: Tensors, lr: torch.Tensor, *,
@@ -189,6 +207,7 @@ class RuleKernel:
 
 
 ADAMW = RuleKernel(adamw_)
+UNCORRECTED_EPS_ADAMW = RuleKernel(uncorrected_eps_adamw_)
 MARS_ADAMW = RuleKernel(mars_adamw_)
 MARS_LION = RuleKernel(mars_lion_)
 
@@ -216,16 +235,36 @@ def adam_state(state: dict, p: torch.Tensor, second_moment: bool, amsgrad: bool)
     return state
 
 
+# The AdamW variants adamw_update runs: torch's arithmetic, and the official repositories' own.
+ADAMW_VARIANTS = (
+    "torch",  # torch.optim.AdamW, and MARS's AdamW for 1-D parameters
+    "official-mars",  # MARS/optimizers/adamw.py (train_muon.py): decay scaled by the bias-corrected step
+    "official-moonlight",  # MARS_M/optimizers/{moonlight,mars_m}.py: decay scaled by lr
+)
+
+
 def adamw_update(
     optimizer_state: dict, params: Tensors, lr: float, betas: tuple[float, float], eps: float,
-    weight_decay: float, amsgrad: bool, compiled: bool,
+    weight_decay: float, amsgrad: bool, compiled: bool, variant: str = "torch",
 ) -> None:
-    """One AdamW step on params (all with a gradient), their state kept in optimizer_state."""
+    """One AdamW step on params (all with a gradient), their state kept in optimizer_state.
+    variant: one of ADAMW_VARIANTS; the official ones put eps on the uncorrected sqrt(v)."""
     states = [adam_state(optimizer_state[p], p, second_moment=True, amsgrad=amsgrad) for p in params]
     lr_tensor = scalar_tensor(lr, params[0])
     step_sizes, inv_bias_correction2_sqrts = adam_step_scalars([s["step"] for s in states], lr_tensor, *betas)
-    ADAMW(
-        [params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-         [s["max_exp_avg_sq"] for s in states] if amsgrad else [], step_sizes, inv_bias_correction2_sqrts],
-        lr_tensor, compiled, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay,
-    )
+    moments = [params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]]
+    if variant == "torch":
+        ADAMW(moments + [[s["max_exp_avg_sq"] for s in states] if amsgrad else [], step_sizes,
+                         inv_bias_correction2_sqrts],
+              lr_tensor, compiled, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay)
+        return
+    if amsgrad:
+        raise ValueError(f"the {variant} AdamW has no amsgrad")
+    torch._foreach_div_(step_sizes, inv_bias_correction2_sqrts)  # -lr sqrt(1-beta2^t) / (1-beta1^t)
+    if variant == "official-mars":  # p <- p - step_size * (weight_decay * p + ...)
+        decay_factors = torch._foreach_mul(step_sizes, weight_decay)
+        torch._foreach_add_(decay_factors, 1.0)
+    else:  # p <- p * (1 - lr * weight_decay) - ...
+        decay_factors = [1.0 - lr_tensor * weight_decay] * len(params)
+    UNCORRECTED_EPS_ADAMW(moments + [step_sizes, decay_factors], lr_tensor, compiled, beta1=betas[0],
+                          beta2=betas[1], eps=eps)

@@ -81,15 +81,12 @@ launch() {
     (set -x; "${launcher[@]}" train.py "${configs[@]}" "${overrides[@]}" "$@")
 }
 
-# The CPU mini reproduction's four optimizers (scripts/mini_sweep.sh, scripts/mini_paper.sh): what follows
-# config/mini.py on the command line. MARS-exact first: it is the longest, so parallel runs finish together.
-MINI_OPTIMIZERS="mars_exact mars_approx muon adamw"
-declare -A MINI_RECIPES=(
-    [adamw]="config/mini_adamw.py"
-    [muon]="config/mini_muon.py"
-    [mars_approx]="config/mini_mars.py --is_approx=True"
-    [mars_exact]="config/mini_mars.py --is_approx=False"
-)
+# The CPU mini reproduction's recipes (scripts/mini_sweep.sh, scripts/mini_paper.sh), from the optimizer
+# registry (optim/__init__.py): one line per recipe, its name, then what follows config/mini.py.
+mini_recipes() {
+    (cd "$REPO" && python3 -c 'from optim import mini_recipes
+for name, args in mini_recipes().items(): print(name, args)')
+}
 
 # Launch the runs read from stdin, one a line (launch's arguments: run name, config files, overrides),
 # JOBS at a time (default 2) on one CPU thread each; each run's output goes to OUT_ROOT/<run name>.log.

@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -c "import torch" 2>/dev/null || python3 -m pip install torch==2.13.0   # keep a CUDA build if there is one
 python3 -m pip install --quiet -r requirements.txt
-[[ -f data/stdlib/stdlib_train_000001.bin ]] || python3 data/quickstart.py
+[[ -f data/stdlib/stdlib_train_000001.bin ]] || python3 -m data.quickstart
 python3 train.py config/quickstart.py --out_dir="out/quickstart/$(date +%Y%m%d-%H%M%S)" "$@"

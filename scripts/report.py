@@ -1,8 +1,8 @@
 """
 The paper's tables and figures from training logs.
 
-    python scripts/report.py out/gpt2_small_* out/gpt2_medium_* --out report
-    python scripts/report.py out/mini_paper --out out/mini_paper/report    # every run below a folder
+    python -m scripts.report out/gpt2_small_* out/gpt2_medium_* --out report
+    python -m scripts.report out/mini_paper --out out/mini_paper/report    # every run below a folder
 
 A run is a folder holding train.py's config.json and metrics.jsonl; each argument is a run or a
 folder searched for runs. Written to --out (and the Markdown also to stdout):
@@ -15,12 +15,18 @@ folder searched for runs. Written to --out (and the Markdown also to stdout):
                           checkpoints and the time a preempted run was down are left out).
 Several runs of one optimizer in one setting (seeds) are one cell, mean ± standard deviation, and
 curves of one colour.
+
+Token columns, as the paper: a run of the paper's 100k steps (49.2B tokens) fills the 5B, 20B and
+50B columns with the best validation loss it reached by that many tokens, which is how the paper's
+table was made from the official runs. A run given a token budget (TOKENS=5B: its cosine spans
+the budget) is another protocol, and its column says so ("own schedule over the budget").
 """
 
 import argparse
 import glob
 import json
 import os
+import dataclasses
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -30,12 +36,11 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from eval.paper import PAPER_COLUMNS, paper_scores  # noqa: E402
+from optim import display_name  # noqa: E402
 
 # The paper's row order; other optimizers (MARS-Lion, ...) follow in alphabetical order.
 OPTIMIZER_ORDER = ["AdamW", "Muon", "MARS-exact", "MARS-approx"]
-MARS_TYPE_NAMES = {"mars-adamw": "MARS", "mars-lion": "MARS-Lion", "mars-shampoo": "MARS-Shampoo"}
 
 
 @dataclass
@@ -53,6 +58,8 @@ class Run:
     val: list[tuple[int, int, float, float]]
     downstream: dict | None = field(default=None)  # lm-eval results, if the run was evaluated
     row: str = ""  # the table's row: the optimizer, and its learning rate in a sweep (see name_rows)
+    protocol: str = ""  # how the budget was reached, for the column name (see paper_budget_views)
+    past_budget: bool = False  # a paper-budget view whose run trained past the budget
 
     @property
     def last_step(self) -> int:
@@ -60,7 +67,7 @@ class Run:
 
     @property
     def complete(self) -> bool:
-        return self.last_step >= self.total_iters
+        return self.last_step >= self.total_iters or self.past_budget
 
     @property
     def best_val_loss(self) -> float:
@@ -73,12 +80,6 @@ def format_tokens(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g}{suffix}"
     return str(n)
-
-
-def optimizer_name(cfg: dict) -> str:
-    if cfg["optimizer"] == "mars":
-        return f"{MARS_TYPE_NAMES[cfg['mars_type']]}-{'approx' if cfg['is_approx'] else 'exact'}"
-    return {"adamw": "AdamW", "muon": "Muon"}[cfg["optimizer"]]
 
 
 def read_rows(path: str) -> list[dict]:
@@ -124,11 +125,13 @@ def load_run(folder: str) -> Run | None:
     for results_file in sorted(glob.glob(os.path.join(folder, "*_lm_eval.json"))):
         with open(results_file) as f:
             downstream = json.load(f)
-    optimizer = optimizer_name(cfg)
+    optimizer = display_name(cfg)
+    protocol = "own schedule over the budget" if cfg["max_tokens"] else ""
     return Run(path=folder, optimizer=optimizer, model=model, num_params=info["num_params"],
                dataset=os.path.basename(os.path.normpath(cfg["data_dir"])) if cfg["data_dir"] else cfg["dataset"],
                budget=info["total_iters"] * cfg["total_batch_size"], total_iters=info["total_iters"],
-               seed=cfg["seed"], learning_rate=cfg["learning_rate"], val=val, downstream=downstream, row=optimizer)
+               seed=cfg["seed"], learning_rate=cfg["learning_rate"], val=val, downstream=downstream, row=optimizer,
+               protocol=protocol)
 
 
 def find_runs(paths: list[str]) -> list[Run]:
@@ -137,9 +140,29 @@ def find_runs(paths: list[str]) -> list[Run]:
         found = glob.glob(os.path.join(path, "**", "metrics.jsonl"), recursive=True)
         folders += [os.path.dirname(f) for f in sorted(found)]
     runs = [load_run(f) for f in dict.fromkeys(folders) if os.path.exists(os.path.join(f, "config.json"))]
-    runs = [r for r in runs if r is not None]
+    runs = [view for r in runs if r is not None for view in paper_budget_views(r)]
     name_rows(runs)
     return runs
+
+
+# The paper's token columns. The official repository has only 100k-step runs (49.2B tokens); the
+# paper's 5B/20B/50B columns are the best validation loss those runs reached by each token count.
+PAPER_BUDGETS = (5_000_000_000, 20_000_000_000, 50_000_000_000)
+PAPER_STEPS = 100_000
+
+
+def paper_budget_views(run: Run) -> list[Run]:
+    """A 100k-step run as the paper reads it: one view per paper budget, holding the evaluations up
+    to that many tokens. Other runs are one view of their own budget."""
+    if run.protocol or run.total_iters != PAPER_STEPS:
+        return [run]
+    views = []
+    for budget in PAPER_BUDGETS:
+        val = [v for v in run.val if v[1] <= budget]
+        if val:
+            views.append(dataclasses.replace(run, budget=budget, val=val, past_budget=run.val[-1][1] >= budget,
+                                             protocol=f"best by then in {PAPER_STEPS // 1000}k-step runs"))
+    return views
 
 
 def name_rows(runs: list[Run]) -> None:
@@ -170,7 +193,8 @@ def group_by_setting(runs: list[Run]) -> dict[str, list[Run]]:
     with_dataset = len({r.dataset for r in runs}) > 1
     columns: dict[str, list[Run]] = {}
     for run in sorted(runs, key=lambda r: (r.dataset if with_dataset else "", r.num_params, r.budget)):
-        name = f"{run.model}{' ' + run.dataset if with_dataset else ''} ({format_tokens(run.budget)} tokens)"
+        protocol = f", {run.protocol}" if run.protocol else ""
+        name = f"{run.model}{' ' + run.dataset if with_dataset else ''} ({format_tokens(run.budget)} tokens{protocol})"
         columns.setdefault(name, []).append(run)
     return columns
 
@@ -232,7 +256,8 @@ def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
     table = downstream_table(runs)
     if table:
         parts += ["", "## Downstream tasks (zero-shot, %)", "", table]
-    incomplete = [r for r in runs if not r.complete]
+    whole_runs = list({r.path: r for r in runs}.values())  # a 100k-step run's last budget view
+    incomplete = [r for r in whole_runs if not r.complete]
     if incomplete:
         parts += ["", "## Incomplete runs", ""]
         parts += [f"- {r.path}: step {r.last_step} of {r.total_iters}" for r in incomplete]
@@ -240,7 +265,7 @@ def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
     parts.append(markdown_table(
         ["run", "optimizer", "model", "tokens", "seed", "steps", "best val loss", "training time"],
         [[r.path, r.row, r.model, format_tokens(r.budget), str(r.seed), f"{r.last_step}/{r.total_iters}",
-          f"{r.best_val_loss:.4f}", f"{r.val[-1][2] / 60:.1f} min"] for r in runs]))
+          f"{r.best_val_loss:.4f}", f"{r.val[-1][2] / 60:.1f} min"] for r in whole_runs]))
     parts += [""] + [f"![{os.path.splitext(f)[0]}]({f})" for f in plot_files]
     return "\n".join(parts) + "\n"
 

@@ -1,5 +1,6 @@
-"""Shared test fixtures: the repo on sys.path, offline settings, a tiny token dataset, and a
-runner for train.py (in a subprocess, single process or under torchrun)."""
+"""Shared test fixtures (the tests run from the repository root: python3 -m pytest tests): offline
+settings, a tiny token dataset, and a runner for train.py (in a subprocess, single process or under
+torchrun)."""
 
 import os
 import subprocess
@@ -8,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
 os.environ.setdefault("WANDB_MODE", "offline")
 
-from data.shards import write_shard  # noqa: E402
+from data.shards import write_shard  # noqa: E402  (after the offline settings)
 
 # A model small enough that a train.py run takes seconds on CPU.
 TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--bias=True"]
@@ -63,3 +64,27 @@ def run_train(args: list[str], nproc: int = 0, check: bool = True, timeout: int 
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def run_file_under_torchrun(path: str, out: Path, nproc: int = 2) -> dict:
+    """Run a test file as a torchrun script (its __main__ calls save_results_of_ranks) on gloo,
+    and return what rank 0 saved to `out`."""
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", path, str(out)],
+        check=True, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, cwd=REPO, timeout=300,
+    )
+    return torch.load(out, weights_only=True)
+
+
+def save_results_of_ranks(run) -> None:
+    """The __main__ of a file run by run_file_under_torchrun: run() -> (params, Newton-Schulz call count)
+    on every rank; rank 0 saves its params and every rank's count to sys.argv[1]."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    params, calls = run()
+    all_calls = [None] * dist.get_world_size()
+    dist.all_gather_object(all_calls, calls)
+    if dist.get_rank() == 0:
+        torch.save({"params": params, "calls": all_calls}, sys.argv[1])
+    dist.destroy_process_group()

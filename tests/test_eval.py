@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 from lm_eval.api.instance import Instance
 
 import sample
+from checkpoint import load_model
 from data.tokenizer import EOT_TOKEN, get_encoding
 from eval import export_hf, harness, hellaswag
 from eval.harness import GPTLM
@@ -57,7 +58,7 @@ TINY = dict(n_layer=2, n_head=2, n_embd=32, dropout=0.0)
 
 
 def save_checkpoint(model: GPT, path: str) -> str:
-    """A checkpoint as train.py writes one (the keys GPT.from_checkpoint reads)."""
+    """A checkpoint as train.py writes one (the keys checkpoint.load_model reads)."""
     torch.save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config),
                 "config": {}, "step": 0}, path)
     return path
@@ -91,7 +92,7 @@ def write_task_yaml(folder, jsonl: str, task: str) -> str:
 
 
 def builtin_result(checkpoint: str, jsonl: str) -> dict:
-    model = GPT.from_checkpoint(checkpoint)
+    model = load_model(checkpoint)
     return evaluate_hellaswag(model, load_hellaswag(jsonl), "cpu", NO_AUTOCAST, batch_size=5)
 
 
@@ -183,7 +184,7 @@ def test_builtin_evaluator_equals_harness(checkpoint, hellaswag_jsonl, tmp_path)
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    model = GPT.from_checkpoint(checkpoint)
+    model = load_model(checkpoint)
     ours = evaluate_hellaswag(model, load_hellaswag(hellaswag_jsonl), "cpu", NO_AUTOCAST, batch_size=5)
     our_lls = score_examples(model, load_hellaswag(hellaswag_jsonl), "cpu", NO_AUTOCAST, 5)
 
@@ -225,7 +226,7 @@ def test_harness_registration_keeps_builtin_models():
 
 def _ddp_worker(rank: int, world_size: int, port: int, checkpoint: str, jsonl: str, results: dict) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    model = GPT.from_checkpoint(checkpoint)
+    model = load_model(checkpoint)
     results[rank] = evaluate_hellaswag(model, load_hellaswag(jsonl), "cpu", NO_AUTOCAST, 4, rank, world_size)
     dist.destroy_process_group()
 

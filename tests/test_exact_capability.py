@@ -2,12 +2,15 @@
 must hand the optimizer the gradient at the CURRENT weights x_t on the batch of step t+1, and the
 step itself gets the gradient at x_t on batch t: two backward passes per step."""
 
+from contextlib import nullcontext
+
 import torch
 
 import train
 from config import TrainConfig
 from data.loader import TokenWindows, TrainBatches
 from model import GPT, GPTConfig
+from runtime import Runtime
 
 
 class RecordingSGD(torch.optim.SGD):
@@ -29,15 +32,7 @@ class RecordingSGD(torch.optim.SGD):
         return super().step(closure)
 
 
-def test_loop_computes_the_next_batch_gradient_at_the_old_weights(tiny_dataset, tmp_path, monkeypatch):
-    recorder = {}
-
-    def build(model, cfg, device_type):
-        recorder["optimizer"] = RecordingSGD(model.parameters(), lr=cfg.learning_rate)
-        for group in recorder["optimizer"].param_groups:
-            group["base_lr"] = group["lr"]
-        return recorder["optimizer"]
-
+def test_loop_computes_the_next_batch_gradient_at_the_old_weights(tiny_dataset):
     forward_calls = []
 
     class CountingGPT(GPT):
@@ -46,14 +41,18 @@ def test_loop_computes_the_next_batch_gradient_at_the_old_weights(tiny_dataset, 
                 forward_calls.append(idx.shape[0])
             return super().forward(idx, targets, **kw)
 
-    monkeypatch.setattr(train, "build_optimizer", build)
-    monkeypatch.setattr(train, "GPT", CountingGPT)
-    cfg = TrainConfig(data_dir=tiny_dataset, out_dir=str(tmp_path / "run"), device="cpu", n_layer=1, n_head=2,
-                      n_embd=16, block_size=16, total_batch_size=4 * 16, micro_batch_size=2, max_iters=3,
-                      warmup_iters=0, lr_schedule="constant", learning_rate=0.5, grad_clip=0.0,
-                      eval_interval=100, eval_sequences=4, log_interval=1)
-    train.train(cfg)
-    opt = recorder["optimizer"]
+    cfg = TrainConfig(data_dir=tiny_dataset, device="cpu", n_layer=1, n_head=2, n_embd=16, block_size=16,
+                      total_batch_size=4 * 16, micro_batch_size=2, max_iters=3, warmup_iters=0,
+                      lr_schedule="constant", learning_rate=0.5, grad_clip=0.0)
+    rt = Runtime(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+    data = train.load_data(cfg, rt)
+    torch.manual_seed(cfg.seed)
+    model = CountingGPT(GPTConfig(**cfg.model_args()))
+    opt = RecordingSGD(model.parameters(), lr=cfg.learning_rate)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    for step in range(3):  # the loop's step, as train() calls it
+        train.optimizer_step(model, list(model.parameters()), opt, scaler, data.train_batches, step, cfg, rt,
+                             nullcontext())
     assert len(opt.stashed) == len(opt.stepped) == 3
     assert len(forward_calls) == 3 * 2 * 2  # 3 steps x 2 gradients x 2 micro-steps: two backward passes per step
 

@@ -6,13 +6,11 @@ pytest runs the test below; torchrun runs this same file as the worker.
 """
 
 import os
-import subprocess
-import sys
 
 import torch
-import torch.distributed as dist
 
 import optim.muon
+from conftest import run_file_under_torchrun, save_results_of_ranks
 from optim import Muon
 
 SHAPES = [(48, 32), (32, 96), (64, 64), (16, 16), (96,), (32,)]
@@ -45,15 +43,7 @@ def run_muon() -> tuple[list[torch.Tensor], int]:
 
 
 def test_muon_under_torchrun_equals_single_process(tmp_path):
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = tmp_path / "rank0.pt"
-    env = {**os.environ, "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         os.path.abspath(__file__), str(out)],
-        check=True, env=env, cwd=repo, timeout=300,
-    )
-    result = torch.load(out, weights_only=True)
+    result = run_file_under_torchrun(os.path.abspath(__file__), tmp_path / "rank0.pt")
     expected, single_calls = run_muon()
     for actual, wanted in zip(result["params"], expected):
         torch.testing.assert_close(actual, wanted, rtol=1e-6, atol=1e-6)
@@ -64,10 +54,4 @@ def test_muon_under_torchrun_equals_single_process(tmp_path):
 
 
 if __name__ == "__main__":
-    dist.init_process_group("gloo")
-    params, calls = run_muon()
-    all_calls = [None] * dist.get_world_size()
-    dist.all_gather_object(all_calls, calls)
-    if dist.get_rank() == 0:
-        torch.save({"params": params, "calls": all_calls}, sys.argv[1])
-    dist.destroy_process_group()
+    save_results_of_ranks(run_muon)

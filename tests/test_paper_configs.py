@@ -58,8 +58,15 @@ def test_paper_hyperparameters(size, optimizer):
     assert (cfg.model, cfg.dataset, cfg.vocab_size, cfg.block_size) == (size, "openwebtext", 50304, 1024)
     assert (cfg.bias, cfg.dropout, cfg.scale_attn_by_inverse_layer_idx) == (False, 0.0, True)
     assert (cfg.total_batch_size, cfg.max_iters, cfg.max_tokens) == (480 * 1024, 100_000, 0)
-    assert (cfg.lr_schedule, cfg.warmup_iters, cfg.lr_decay_iters, cfg.min_lr, cfg.grad_clip) == ("cosine", 2000, 0, min_lr, 1.0)
+    assert (cfg.warmup_iters, cfg.lr_decay_iters, cfg.grad_clip) == (2000, 0, 1.0)
+    # the official scripts' gradient: their per-GPU accumulation count (480 / 8 GPUs / micro-batch) x the mean
+    assert cfg.grad_multiplier == {"small": 4, "medium": 4, "large": 12, "xl": 12}[size]
     assert cfg.optimizer == optimizer
+    if optimizer == "muon":  # the paper-era train_muon.py: constant, then linear to 0 over the last 2000 steps
+        assert (cfg.lr_schedule, cfg.wsd_decay_frac * cfg.max_iters, cfg.min_lr) == ("wsd", 2000, 0.0)
+        assert cfg.muon_adamw == "official"
+    else:
+        assert (cfg.lr_schedule, cfg.min_lr, cfg.min_lr_groups, cfg.decay_embeddings) == ("cosine", min_lr, "scaled", False)
     if optimizer == "adamw":
         assert (cfg.learning_rate, cfg.weight_decay, cfg.beta1, cfg.beta2) == (adamw_lr, 0.1, 0.9, 0.95)
     elif optimizer == "muon":

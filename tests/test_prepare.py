@@ -64,7 +64,7 @@ def write_jsonl(path, rows: list[dict]) -> str:
 
 
 def fineweb_source(files: list[str]) -> p.Source:
-    return p.Source("fineweb-edu", "HuggingFaceFW/fineweb-edu", "sample-10BT", tuple(files), "text",
+    return p.Source("fineweb-edu10B", "HuggingFaceFW/fineweb-edu", "sample-10BT", tuple(files), "text",
                     p.LeadingDocuments(tokens=SHARD_SIZE))
 
 
@@ -123,8 +123,8 @@ def test_fineweb_round_trip_and_shard_boundaries(fineweb):
     assert any(s[0] != EOT_TOKEN for s in train[1:])
     assert manifest["complete"] and manifest["documents"] == len(docs)
     assert manifest["tokens"] == sum(map(len, val + train))
-    assert sorted(os.listdir(out)) == sorted([f"fineweb-edu_val_000000.bin", "manifest.json"]
-                                             + [f"fineweb-edu_train_{i:06d}.bin" for i in range(1, len(train) + 1)])
+    assert sorted(os.listdir(out)) == sorted([f"fineweb-edu10B_val_000000.bin", "manifest.json"]
+                                             + [f"fineweb-edu10B_train_{i:06d}.bin" for i in range(1, len(train) + 1)])
     assert p.verify(str(out)) == []
 
 
@@ -174,7 +174,7 @@ def test_hub_path_streams_the_named_dataset_and_subset(fineweb, tmp_path, monkey
         return load_dataset("parquet", data_files=files, **kwargs)
 
     monkeypatch.setattr(datasets, "load_dataset", hub_from_local_files)
-    hub = p.Source("fineweb-edu", "HuggingFaceFW/fineweb-edu", "sample-10BT", (), "text",
+    hub = p.Source("fineweb-edu10B", "HuggingFaceFW/fineweb-edu", "sample-10BT", (), "text",
                    p.LeadingDocuments(tokens=SHARD_SIZE))
     p.prepare(hub, str(tmp_path / "hub"), shard_size=SHARD_SIZE, workers=1)
     assert calls == [("HuggingFaceFW/fineweb-edu", "sample-10BT", dict(split="train", streaming=True))]
@@ -192,7 +192,7 @@ def test_cli_defaults_match_the_documented_sources(monkeypatch):
     assert (fw.dataset, fw.subset) == ("HuggingFaceFW/fineweb-edu", "sample-100BT")
     assert fw.val_rule == p.LeadingDocuments(1000)
     assert fw_kw == dict(shard_size=1000, workers=3)
-    assert owt_out == os.path.join(REPO, "data", "openwebtext") and fw_out == os.path.join(REPO, "data", "fineweb-edu")
+    assert owt_out == os.path.join(REPO, "data", "openwebtext") and fw_out == os.path.join(REPO, "data", "fineweb-edu100B")
 
 
 # -----------------------------------------------------------------------------
@@ -238,7 +238,6 @@ def test_crash_at_every_write_then_rerun_gives_identical_bytes(fineweb, tmp_path
 
 KILL_SCRIPT = """
 import functools, os, signal, sys
-sys.path.insert(0, {repo!r})
 import data.prepare as p
 real, calls = p.write_shard, [0]
 def write_then_die(path, tokens):
@@ -257,14 +256,15 @@ def test_killed_process_resumes_to_identical_bytes(fineweb, tmp_path):
     finishes the same bytes."""
     _, files, reference = fineweb
     out = str(tmp_path / "killed")
-    args = ["fineweb-edu", "--files", *files, "--out", out, "--shard-size", str(SHARD_SIZE), "--workers", "2"]
-    env = dict(os.environ, PYTHONPATH=REPO)
-    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT.format(repo=REPO, kill_after=20), *args],
-                            env=env, capture_output=True, text=True, timeout=120)
+    args = ["fineweb-edu", "--subset", "sample-10BT", "--files", *files, "--out", out, "--shard-size", str(SHARD_SIZE),
+            "--workers", "2"]
+    env = dict(os.environ)
+    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT.format(kill_after=20), *args],
+                            env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert len(glob.glob(os.path.join(out, "*.bin"))) == 20
-    rerun = subprocess.run([sys.executable, os.path.join(REPO, "data", "prepare.py"), *args],
-                           env=env, capture_output=True, text=True, timeout=120)
+    rerun = subprocess.run([sys.executable, "-m", "data.prepare", *args],
+                           env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "resuming" in rerun.stdout
     assert folder_bytes(out) == folder_bytes(reference)
@@ -279,7 +279,7 @@ def damaged(fineweb, tmp_path):
     """A copy of the prepared folder, and the path of its second train shard, to damage."""
     out = tmp_path / "copy"
     shutil.copytree(fineweb[2], out)
-    return str(out), str(out / "fineweb-edu_train_000002.bin")
+    return str(out), str(out / "fineweb-edu10B_train_000002.bin")
 
 
 def flip_byte(path):
@@ -313,7 +313,7 @@ def test_verify_names_the_damaged_shard(damaged, capsys, damage, problem, loader
     assert p.main(["verify", out]) == 1
     assert shard in capsys.readouterr().err
     if loader_refuses:
-        with pytest.raises(ShardError, match="fineweb-edu_train_000002.bin"):
+        with pytest.raises(ShardError, match="fineweb-edu10B_train_000002.bin"):
             TokenWindows(out, "train", block_size=8)
 
 
@@ -323,7 +323,7 @@ def test_verify_catches_out_of_range_tokens_and_unlisted_shards(damaged):
     manifest = p.read_manifest(out)
     manifest["splits"]["train"]["shards"][1]["sha256"] = p.file_sha256(shard)
     p.write_manifest(out, manifest)
-    write_shard(os.path.join(out, "fineweb-edu_train_000099.bin"), np.zeros(3, dtype=np.uint16))
+    write_shard(os.path.join(out, "fineweb-edu10B_train_000099.bin"), np.zeros(3, dtype=np.uint16))
     problems = p.verify(out)
     assert len(problems) == 2
     assert problems[0].startswith(shard) and "50300" in problems[0]
@@ -418,6 +418,6 @@ def test_restart_with_other_settings_before_any_checkpoint_leaves_no_stale_shard
         p.prepare(fineweb_source(files), str(tmp_path / "out"), shard_size=SHARD_SIZE, workers=1, batch_size=100)
     monkeypatch.setattr(p, "write_shard", real_write_shard)
     p.prepare(fineweb_source(files), str(tmp_path / "out"), shard_size=100_000, workers=1)
-    assert sorted(os.listdir(tmp_path / "out")) == ["fineweb-edu_train_000001.bin", "fineweb-edu_val_000000.bin",
+    assert sorted(os.listdir(tmp_path / "out")) == ["fineweb-edu10B_train_000001.bin", "fineweb-edu10B_val_000000.bin",
                                                    "manifest.json"]
     assert p.verify(str(tmp_path / "out")) == []

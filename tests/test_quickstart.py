@@ -13,7 +13,7 @@ from data.tokenizer import EOT_TOKEN, get_encoding
 
 def test_quickstart_corpus_and_a_short_training(tmp_path):
     data = tmp_path / "stdlib"
-    subprocess.run([sys.executable, str(REPO / "data" / "quickstart.py"), "--out", str(data)], check=True)
+    subprocess.run([sys.executable, "-m", "data.quickstart", "--out", str(data)], check=True, cwd=REPO)
     train = open_shard(str(data / "stdlib_train_000001.bin"))
     val = open_shard(str(data / "stdlib_val_000000.bin"))
     assert len(train) > 2_000_000 and len(val) > 10_000

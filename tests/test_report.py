@@ -3,15 +3,13 @@ budget, seeds averaged, incomplete runs marked), a sweep's rows per learning rat
 from the logged ms/step with a resumed run's repeated steps, the downstream table, and the plots."""
 
 import json
-import sys
 
 import pytest
 
 from conftest import REPO
 from config import TrainConfig
 
-sys.path.insert(0, str(REPO / "scripts"))
-import report  # noqa: E402
+from scripts import report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -51,7 +49,8 @@ def test_paper_table_with_seeds_budgets_and_an_incomplete_run(tmp_path):
     write_run(runs / "just_started", [], optimizer="adamw")  # no evaluation yet: left out
     text = report.main([str(runs), "--out", str(tmp_path / "report")])
 
-    assert ("|  | GPT-2 small (5B tokens) | GPT-2 medium (20B tokens) |\n"
+    assert ("|  | GPT-2 small (5B tokens, own schedule over the budget) "
+            "| GPT-2 medium (20B tokens, own schedule over the budget) |\n"
             "|---|---|---|\n"
             "| AdamW | 3.250 ± 0.071 (n=2) | - |\n"
             "| Muon | - | **2.800** |\n"
@@ -65,6 +64,20 @@ def test_paper_table_with_seeds_budgets_and_an_incomplete_run(tmp_path):
         data = (tmp_path / "report" / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000
     assert (tmp_path / "report" / "report.md").read_text() == text
+
+
+def test_100k_step_runs_fill_the_papers_token_columns_with_their_best_loss_by_then(tmp_path):
+    # 100k steps of 491,520 tokens: evaluations at 0, 20k, 40k, 60k, 80k, 100k steps = 0, 9.8B, ... 49.2B tokens
+    write_run(tmp_path / "adamw", [11.0, 3.6, 3.4, 3.3, 3.2, 3.1], total_iters=100_000, optimizer="adamw")
+    write_run(tmp_path / "mars", [11.0, 3.5, 3.3, 3.25], last_step=60_000, total_iters=100_000, **MARS)
+    text = report.main([str(tmp_path), "--out", str(tmp_path / "report")])
+    runs = "in 100k-step runs) "
+    assert (f"|  | GPT-2 small (5B tokens, best by then {runs}| GPT-2 small (20B tokens, best by then {runs}"
+            f"| GPT-2 small (50B tokens, best by then {runs}|\n"
+            "|---|---|---|---|\n"
+            "| AdamW | **11.000** | 3.400 | **3.100** |\n"
+            "| MARS-approx | **11.000** | **3.300** | 3.250* |\n") in text
+    assert text.count(str(tmp_path / "adamw") + " |") == 1  # one row in the runs table, not one per column
 
 
 def test_a_sweep_gets_a_row_per_learning_rate(tmp_path):

@@ -23,8 +23,10 @@ SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(str(REPO / "scripts" / "
 EXPECTED_RUNS = {
     **{f"run_{opt}_{size}.sh": (f"gpt2_{size}_{opt}", f"gpt2_{size}_{opt}.py", {})
        for opt in ("adamw", "muon", "mars") for size in ("small", "medium", "large")},
-    **{f"run_{opt}_{size}_fw.sh": (f"gpt2_{size}_{opt}_fw", f"gpt2_{size}_{opt}.py", {"dataset": "fineweb-edu"})
-       for opt in ("adamw", "mars") for size in ("small", "xl")},
+    **{f"run_{opt}_{size}.sh": (f"gpt2_{size}_{opt}", f"gpt2_{size}_{opt}.py", {})
+       for opt in ("mars_m", "moonlight") for size in ("small", "medium", "large", "xl")},
+    **{f"run_{opt}_{size}_fw.sh": (f"gpt2_{size}_{opt}_fw", f"gpt2_{size}_{opt}.py", {"dataset": "fineweb-edu100B"})
+       for opt in ("adamw", "mars", "mars_m", "moonlight") for size in ("small", "xl")},
     "run_mars_exact_small.sh": ("gpt2_small_mars_exact", "gpt2_small_mars.py", {"is_approx": False}),
     "run_mars_small_multinode.sh": ("gpt2_small_mars", "gpt2_small_mars.py", {}),
 }
@@ -152,9 +154,10 @@ def test_mini_reproduction_scripts(script, runs, dry_runs):
     check_ok(proc)
     with open(os.path.join(out_root, runs, "report", "report.md")) as f:
         table = f.read().split("## Runs")[0]
-    for optimizer in ("AdamW", "Muon", "MARS-exact", "MARS-approx"):
+    names = ["AdamW", "Muon", "MARS-exact", "MARS-approx"] + (["MARS-M-approx", "Moonlight"] if runs == "mini_paper" else [])
+    for optimizer in names:
         assert f"| {optimizer} | " in table
-    assert len(glob.glob(os.path.join(out_root, runs, "*", "ckpt.pt"))) == 4
+    assert len(glob.glob(os.path.join(out_root, runs, "*", "ckpt.pt"))) == len(names)
 
 
 def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
@@ -171,7 +174,7 @@ def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
     check_ok(proc)
     with open(os.path.join(run_dir, "ckpt_lm_eval.json")) as f:
         accuracy = json.load(f)["results"]["hellaswag"]["acc_norm,none"]
-    report = subprocess.run([sys.executable, str(REPO / "scripts" / "report.py"), run_dir, "--out", str(tmp_path / "r")],
+    report = subprocess.run([sys.executable, "-m", "scripts.report", run_dir, "--out", str(tmp_path / "r")],
                             capture_output=True, text=True, cwd=REPO)
     check_ok(report)
     assert "## Downstream tasks" in report.stdout

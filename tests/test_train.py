@@ -1,5 +1,6 @@
 """train.py end to end on a tiny model: learning, accumulation, DDP, resume, preemption, failures."""
 
+import functools
 import json
 import math
 import os
@@ -13,7 +14,8 @@ import torch
 
 from conftest import REPO, run_train, tiny_run_args
 from config import TrainConfig
-from train import lr_multiplier, save_checkpoint
+from checkpoint import save_checkpoint
+from optim.schedule import scheduled_lr, set_learning_rates
 
 
 def read_metrics(out_dir, kind: str) -> list[dict]:
@@ -101,8 +103,7 @@ def test_resume_is_bit_exact(tiny_dataset, tmp_path):
 
 
 def test_interrupted_checkpoint_write_leaves_previous_loadable(tmp_path, monkeypatch):
-    path = str(tmp_path / "ckpt.pt")
-    save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
+    save_checkpoint(str(tmp_path), {"step": 1, "w": torch.ones(3)}, keep=2)
 
     def crash_mid_write(obj, f, *args, **kwargs):
         f.write(b"PK\x03\x04 half a checkpoint")
@@ -110,9 +111,9 @@ def test_interrupted_checkpoint_write_leaves_previous_loadable(tmp_path, monkeyp
 
     monkeypatch.setattr(torch, "save", crash_mid_write)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
+        save_checkpoint(str(tmp_path), {"step": 2, "w": torch.zeros(3)}, keep=2)
     monkeypatch.undo()
-    state = torch.load(path, weights_only=True)
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert state["step"] == 1 and torch.equal(state["w"], torch.ones(3))
 
 
@@ -159,14 +160,29 @@ def test_bad_config_and_missing_data_fail_before_any_work(tiny_dataset, tmp_path
 
 def test_lr_schedules():
     cfg = TrainConfig(learning_rate=1.0, min_lr=0.1, warmup_iters=10, max_iters=110)
-    assert lr_multiplier(0, cfg, 110) == 0 and lr_multiplier(5, cfg, 110) == 0.5
-    assert lr_multiplier(10, cfg, 110) == 1.0
-    assert lr_multiplier(60, cfg, 110) == pytest.approx(0.55)  # halfway through the cosine
-    assert lr_multiplier(110, cfg, 110) == pytest.approx(0.1) and lr_multiplier(500, cfg, 110) == pytest.approx(0.1)
+    lr = functools.partial(scheduled_lr, base_lr=1.0, floor=0.1, cfg=cfg, total_iters=110)
+    assert lr(0) == 0 and lr(5) == 0.5
+    assert lr(10) == 1.0
+    assert lr(60) == pytest.approx(0.55)  # halfway through the cosine
+    assert lr(110) == pytest.approx(0.1) and lr(500) == pytest.approx(0.1)
     wsd = TrainConfig(learning_rate=1.0, min_lr=0.0, warmup_iters=10, lr_schedule="wsd", wsd_decay_frac=0.2)
-    assert lr_multiplier(50, wsd, 110) == 1.0 and lr_multiplier(88, wsd, 110) == 1.0
-    assert lr_multiplier(99, wsd, 110) == pytest.approx(0.5)
-    assert lr_multiplier(1000, TrainConfig(lr_schedule="constant", warmup_iters=0), 10) == 1.0
+    lr = functools.partial(scheduled_lr, base_lr=1.0, floor=0.0, cfg=wsd, total_iters=110)
+    assert lr(50) == 1.0 and lr(88) == 1.0
+    assert lr(99) == pytest.approx(0.5)
+    assert scheduled_lr(1000, 1.0, 0.0, TrainConfig(lr_schedule="constant", warmup_iters=0), 10) == 1.0
+
+
+def test_other_groups_end_at_a_scaled_or_the_absolute_min_lr():
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD([dict(params=[model.weight], lr=1.0), dict(params=[model.bias], lr=0.2)])
+    for group in optimizer.param_groups:
+        group["base_lr"] = group["lr"]
+    for mode, side_floor in (("scaled", 0.2 * 0.1), ("absolute", 0.1)):
+        cfg = TrainConfig(learning_rate=1.0, min_lr=0.1, warmup_iters=10, max_iters=110, min_lr_groups=mode)
+        assert set_learning_rates(optimizer, 5, cfg, 110) == 0.5
+        assert [g["lr"] for g in optimizer.param_groups] == [0.5, 0.1]  # warmup: from each base lr
+        set_learning_rates(optimizer, 110, cfg, 110)
+        assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.1, side_floor])
 
 
 def test_hellaswag_in_the_loop(tiny_dataset, tmp_path):

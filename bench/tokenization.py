@@ -1,7 +1,7 @@
 """
 Tokenisation throughput of data/prepare.py against nanoGPT's approach, on one corpus, in one run.
 
-    python scripts/bench_tokenize.py [--mb 30] [--parquet 'fineweb/*.parquet']
+    python -m bench.tokenization [--mb 30] [--parquet 'fineweb/*.parquet']
 
 The corpus is a parquet file with a text column: by default the standard library's
 source files (the quickstart corpus) cut into documents of web-page length and
@@ -27,10 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data import prepare  # noqa: E402
-from data.quickstart import stdlib_files  # noqa: E402
-from data.tokenizer import get_encoding  # noqa: E402
+from data import prepare
+from data.quickstart import stdlib_files
+from data.tokenizer import get_encoding
 
 
 def write_stdlib_corpus(path: str, megabytes: float, document_chars: int) -> None:

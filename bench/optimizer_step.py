@@ -1,9 +1,9 @@
 """
 Optimizer step benchmark on a GPT-2-shaped set of tensors (124M parameters by default).
 
-    python -m optim.bench                      # GPT-2 small, the element-wise optimizers
-    python -m optim.bench --quick              # 2 layers, 3 repeats: a smoke run
-    python -m optim.bench --optimizers adamw-fused,mars-shampoo,muon   # the NS5 ones (slow on CPU)
+    python -m bench.optimizer_step                      # GPT-2 small, the element-wise optimizers
+    python -m bench.optimizer_step --quick              # 2 layers, 3 repeats: a smoke run
+    python -m bench.optimizer_step --optimizers adamw-fused,mars-shampoo,muon   # the NS5 ones (slow on CPU)
 
 Prints, per optimizer: the median time of one step (repeats interleaved across the
 optimizers, so that load on the machine hits them alike), its ratio to torch's

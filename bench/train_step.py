@@ -1,8 +1,8 @@
 """
 Time a training step (forward, backward, optimizer) of a config's model on this device.
 
-    python scripts/bench_train_step.py config/quickstart.py            # CPU: with/without malloc reuse
-    python scripts/bench_train_step.py config/gpt2_small_mars.py --micro_batch_size=16 --device=cuda
+    python -m bench.train_step config/quickstart.py            # CPU: with/without malloc reuse
+    python -m bench.train_step config/gpt2_small_mars.py --micro_batch_size=16 --device=cuda
 
 Prints the median ms per micro-step and tokens/s; on CPU it also runs the step
 without train.keep_freed_memory_for_reuse() (in a fresh process) and prints the ratio.
@@ -16,11 +16,10 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from config import load_config  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
-from optim import build_optimizer  # noqa: E402
-from train import keep_freed_memory_for_reuse  # noqa: E402
+from config import load_config
+from model import GPT, GPTConfig
+from optim import build_optimizer
+from train import keep_freed_memory_for_reuse
 
 
 def median_step_ms(argv: list[str], reuse_memory: bool, steps: int = 8) -> float:

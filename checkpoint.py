@@ -1,0 +1,228 @@
+"""
+Checkpoints: what one holds, how it is written so that no crash loses a run,
+how a run resumes from one, and how eval/sample/export load its model.
+
+In a run's out_dir, each save writes ckpt_<step>.pt (atomically: a temporary file,
+fsync'ed, renamed) and beside it ckpt_<step>.pt.sha256, the checksum of its bytes,
+computed while writing. Only then does ckpt.pt (a hard link, so no extra disk)
+move to the new file and do checkpoints beyond the newest `keep` go (ckpt_best.pt,
+a link to the best-validation one, optionally stays too). So the last good
+checkpoint is never touched before the next one is durable. Resume tries them
+newest first and takes the first whose checksum matches and which loads.
+
+A checkpoint is a dict (torch.save, loadable with weights_only=True):
+  model, optimizer, scaler        state_dicts
+  step, tokens_seen, best_val_loss
+  config, model_args              the run's resolved TrainConfig (dict) and GPTConfig arguments
+  rng                             per-rank CPU/CUDA generator states
+  loader                          {seed, next_step}: all the data loader needs to continue
+  data_fingerprint                the training shards' names and sizes
+  code_version
+"""
+
+import glob
+import hashlib
+import os
+import re
+from dataclasses import dataclass, fields
+from typing import IO, Any
+
+import torch
+
+from data.shards import atomic_write, fsync_directory
+from model import GPT, GPTConfig
+
+LATEST = "ckpt.pt"
+BEST = "ckpt_best.pt"
+# Settings that shape the optimizer and grad-scaler state whatever the optimizer: a resume cannot
+# change them (each optimizer declares its own in the registry, optim/__init__.py).
+STATE_KEYS = ("optimizer", "dtype")
+# Keys that differ between a run and its own resume.
+RESUME_ONLY_KEYS = ("init_from", "eval_only")
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used; the message names the file and what to do."""
+
+
+def step_path(out_dir: str, step: int) -> str:
+    return os.path.join(out_dir, f"ckpt_{step:07d}.pt")
+
+
+def checksum_path(path: str) -> str:
+    return path + ".sha256"
+
+
+class _HashingWriter:
+    """A file wrapper that hashes what is written through it (no second read of a large file)."""
+
+    def __init__(self, f: IO[bytes]):
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def save_checkpoint(out_dir: str, state: dict, keep: int, best: bool = False, keep_best: bool = False) -> str:
+    """Write state as out_dir/ckpt_<step>.pt with its checksum, point ckpt.pt (and, when best,
+    ckpt_best.pt) at it, then remove what is beyond the newest `keep`. Returns its path."""
+    path = step_path(out_dir, state["step"])
+    try:
+        with atomic_write(path) as f:
+            writer = _HashingWriter(f)
+            torch.save(state, writer)
+        with atomic_write(checksum_path(path), "w") as f:
+            f.write(writer.sha.hexdigest() + "\n")
+        _link(path, os.path.join(out_dir, LATEST))
+        if best and keep_best:
+            _link(path, os.path.join(out_dir, BEST))
+    except OSError as e:
+        for leftover in (path + ".tmp", checksum_path(path) + ".tmp"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+        raise CheckpointError(
+            f"could not write checkpoint {path} ({e.strerror or e}); the previous checkpoints in {out_dir} are "
+            "untouched. Free disk space (or lower ckpt_keep), then resume with --init_from=resume"
+        ) from e
+    for old in step_checkpoints(out_dir)[keep:]:
+        for p in (old, checksum_path(old)):
+            if os.path.exists(p):
+                os.remove(p)
+    return path
+
+
+def _link(target: str, link: str) -> None:
+    """Atomically make `link` a hard link to target (a copy where hard links are not supported)."""
+    tmp = link + ".tmp"
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    try:
+        os.link(target, tmp)
+    except OSError:
+        with open(target, "rb") as src, atomic_write(tmp) as dst:
+            while chunk := src.read(1 << 24):
+                dst.write(chunk)
+    os.replace(tmp, link)
+    fsync_directory(os.path.dirname(link) or ".")
+
+
+def step_checkpoints(out_dir: str) -> list[str]:
+    """The ckpt_<step>.pt files in out_dir, newest first."""
+    paths = [p for p in glob.glob(os.path.join(out_dir, "ckpt_*.pt")) if re.fullmatch(r"ckpt_\d+\.pt", os.path.basename(p))]
+    return sorted(paths, reverse=True)
+
+
+def has_checkpoint(out_dir: str) -> bool:
+    return bool(step_checkpoints(out_dir)) or os.path.exists(os.path.join(out_dir, LATEST))
+
+
+def verify_checksum(path: str) -> str | None:
+    """None when path's bytes match its recorded checksum (or none is recorded); else why not."""
+    if not os.path.exists(checksum_path(path)):
+        return None
+    with open(checksum_path(path)) as f:
+        expected = f.read().strip()
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            sha.update(chunk)
+    if sha.hexdigest() != expected:
+        return f"its sha256 {sha.hexdigest()[:12]}... differs from the recorded {expected[:12]}... (corrupt or cut short)"
+    return None
+
+
+def load_checkpoint(path: str, device: str | torch.device = "cpu") -> dict:
+    """A checkpoint file's contents, or a CheckpointError naming what is wrong with it."""
+    if not os.path.exists(path):
+        raise CheckpointError(f"no checkpoint at {path}; check the path (train.py writes <out_dir>/ckpt.pt)")
+    problem = verify_checksum(path)
+    if problem:
+        raise CheckpointError(f"{path}: {problem}")
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # truncated zip, not a torch file, unpickling refused: all mean unusable
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e)[:200]})") from e
+    missing = [k for k in ("model", "model_args") if not isinstance(ckpt, dict) or k not in ckpt]
+    if missing:
+        raise CheckpointError(f"{path} is not a train.py checkpoint (it lacks {', '.join(missing)})")
+    return ckpt
+
+
+def load_latest(out_dir: str, device: torch.device, log=print) -> tuple[str, dict]:
+    """The newest checkpoint in out_dir that verifies and loads; names each one skipped and why."""
+    candidates = step_checkpoints(out_dir) or [os.path.join(out_dir, LATEST)]
+    skipped = []
+    for path in candidates:
+        try:
+            ckpt = load_checkpoint(path, device)
+        except CheckpointError as e:
+            skipped.append(str(e))
+            log(f"skipping checkpoint: {e}")
+            continue
+        return path, ckpt
+    raise CheckpointError(
+        f"no usable checkpoint in {out_dir}:\n  " + "\n  ".join(skipped)
+        + "\nstart the run again with --init_from=scratch in a new out_dir"
+    )
+
+
+def check_resumable(ckpt: dict, path: str, config: dict, model_args: dict, fingerprint: list,
+                    state_keys: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    """Refuse a resume that could not continue the run; returns the config changes (old, new)."""
+    if ckpt["model_args"] != model_args:
+        raise CheckpointError(f"the model in {path} ({ckpt['model_args']}) differs from the config's "
+                              f"({model_args}); resume with the run's own model settings")
+    if [list(x) for x in ckpt["data_fingerprint"]] != [list(x) for x in fingerprint]:
+        raise CheckpointError(f"the training shards differ from those {path} was trained on; "
+                              "resuming on other data would not continue the run")
+    changed = {k: (v, config.get(k)) for k, v in ckpt["config"].items()
+               if k not in RESUME_ONLY_KEYS and config.get(k) != v}
+    state_shaping = {k: changed[k] for k in (*STATE_KEYS, *state_keys) if k in changed}
+    if state_shaping:
+        raise CheckpointError(f"{path} was trained with other optimizer or precision settings "
+                              f"(old, new): {state_shaping}; its state cannot continue under the new ones")
+    return changed
+
+
+@dataclass
+class RunState:
+    """Where a run stands between optimizer steps (what resume restores besides the state_dicts)."""
+
+    step: int = 0
+    best_val_loss: float = float("inf")
+
+
+def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                   run: RunState, config: dict, model_args: dict, rng: list[dict], fingerprint: list,
+                   code_version: str) -> dict:
+    """The dict a checkpoint holds (see the module docstring)."""
+    return dict(model=model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
+                step=run.step, tokens_seen=run.step * config["total_batch_size"], best_val_loss=run.best_val_loss,
+                config=config, model_args=model_args, rng=rng, loader=dict(seed=config["seed"], next_step=run.step),
+                data_fingerprint=fingerprint, code_version=code_version)
+
+
+def restore_training_state(ckpt: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                           scaler: torch.amp.GradScaler) -> RunState:
+    """Load the state_dicts. The optimizer's moments come from the checkpoint, its hyperparameters
+    from the current config (resume prints what changed)."""
+    model.load_state_dict(ckpt["model"])
+    hyperparameters = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    optimizer.load_state_dict(ckpt["optimizer"])
+    for group, fresh in zip(optimizer.param_groups, hyperparameters):
+        group.update(fresh)
+    scaler.load_state_dict(ckpt["scaler"])
+    return RunState(step=ckpt["step"], best_val_loss=ckpt["best_val_loss"])
+
+
+def load_model(path: str, device: str = "cpu") -> GPT:
+    """The model stored in a train.py checkpoint, in eval mode (for eval/, sample.py, export)."""
+    ckpt = load_checkpoint(path, device)
+    model_args = ckpt["model_args"]
+    model = GPT(GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)}))
+    model.load_state_dict(ckpt["model"])
+    return model.to(device).eval()

@@ -1,0 +1,103 @@
+"""
+Moonlight (Liu et al., 2025, arXiv 2502.16982): Muon with decoupled weight decay
+and its update scaled to the RMS of an AdamW update, the MARS-M paper's baseline
+(arXiv 2510.21800). A drop-in replacement for the official implementation
+(AGI-Arena/MARS, MARS_M/optimizers/moonlight.py): the same arguments, defaults and
+update arithmetic. For a matrix p of shape (A, B) at its t-th update:
+
+    b = momentum * b + g;  u = g + momentum * b (Nesterov) or b
+    p = p * (1 - lr * wd) - lr * 0.2 * sqrt(max(A, B)) * NS5(u)
+
+The other parameters take AdamW with the same lr and wd, adamw_betas and adamw_eps,
+eps added to sqrt(v) before the bias corrections (rules.adamw_update, "official-moonlight"):
+
+    p = p * (1 - lr * wd) - lr * sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + eps)
+
+params are tensors (2-D ones to the Muon rule, the rest to AdamW) or param groups
+that each say use_muon=True/False, as for optim.muon.Muon, whose parameter handling
+this class shares; a group's missing settings come from the arguments. The official
+training script (MARS_M/train_moonlight.py) puts every 2-D parameter on the Muon
+rule except the embeddings and the lm_head (wte, wpe, lm_head, embed_tokens), which
+go to AdamW with the 1-D parameters.
+
+Where we deliberately follow the official code:
+  - the AdamW side shares the group's lr (so the schedule), and decays with wd too;
+  - the scale 0.2 * sqrt(max(A, B)) multiplies the update only: weight decay uses lr;
+  - NS5's coefficients, 5 steps and eps 1e-7, on the wide orientation.
+Where we differ (the same algorithm):
+  - parameters are given as Muon's use_muon param groups, not muon_params/adamw_params;
+  - NS5 runs in bf16 on CUDA as the official code does, in fp32 on CPU, and its
+    normalising norm is taken in the input's precision, not in bf16 (optim.newton_schulz);
+  - under torch.distributed each rank orthogonalises only its share of the matrices
+    (optim.muon.orthogonalized_across_ranks); the official code repeats all on every rank;
+  - no host sync and no per-parameter Python math: foreach ops, and AdamW as a rule
+    of rules.py (compiled or eager); the AdamW step count is a 0-d tensor, not an int.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+
+from optim.muon import Muon, orthogonalized_across_ranks
+from optim.param_groups import embedding_params
+from optim.rules import decoupled_step_
+
+if TYPE_CHECKING:
+    from config import TrainConfig
+
+
+class Moonlight(Muon):
+    def __init__(
+        self, params: Iterable, lr: float = 1e-3, wd: float = 0.1, momentum: float = 0.95, nesterov: bool = True,
+        ns_steps: int = 5, adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8,
+        *, compiled: bool = True,
+    ):
+        """The official arguments (params for muon_params + adamw_params), plus
+        compiled: run the AdamW rule as a torch.compile'd kernel (the same numbers)."""
+        if not lr > 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        super().__init__(
+            params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=wd, ns_steps=ns_steps, adamw_lr=lr,
+            adamw_betas=adamw_betas, adamw_eps=adamw_eps, adamw_weight_decay=wd, compiled=compiled,
+            adamw_variant="official-moonlight",
+        )
+
+    def _orthogonalized_step(self, params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
+        rms_matched_step_(params, directions, group)
+
+
+def rms_matched_step_(params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
+    """p <- p * (1 - lr * wd) - lr * 0.2 * sqrt(max(A, B)) * NS5(direction), the step of Moonlight and MARS-M,
+    with NS5 shared out across ranks."""
+    updates = orthogonalized_across_ranks(directions, group["ns_steps"])
+    # orthogonalized_across_ranks scales NS5 by Muon's max(1, A/B)^0.5: replace it by 0.2 * sqrt(max(A, B)).
+    torch._foreach_mul_(updates, [rms_matching_scale(*p.shape) / max(1.0, p.shape[0] / p.shape[1]) ** 0.5
+                                  for p in params])
+    decoupled_step_(params, updates, group["lr"], group["weight_decay"])
+
+
+def rms_matching_scale(rows: int, cols: int) -> float:
+    """0.2 * sqrt(max(A, B)): an orthogonal A x B update then has about AdamW's RMS, 0.2."""
+    return 0.2 * math.sqrt(max(rows, cols))
+
+
+def official_split(model: nn.Module) -> list[dict]:
+    """The official MARS-M/Moonlight scripts' split: 2-D parameters on the matrix rule except the
+    embeddings and the tied head, which go to AdamW with the 1-D ones (all decayed with wd)."""
+    embeddings = {id(p) for p in embedding_params(model)}
+    params = [p for p in model.parameters() if p.requires_grad]
+    on_matrix_rule = [p for p in params if p.ndim == 2 and id(p) not in embeddings]
+    on_adamw = [p for p in params if not (p.ndim == 2 and id(p) not in embeddings)]
+    return [dict(params=on_matrix_rule, use_muon=True), dict(params=on_adamw, use_muon=False)]
+
+
+def build_moonlight(model: nn.Module, cfg: TrainConfig, device_type: str) -> Moonlight:
+    """Moonlight from the training config, as the official train_moonlight.py builds it (momentum=beta1)."""
+    return Moonlight(official_split(model), lr=cfg.learning_rate, wd=cfg.weight_decay, momentum=cfg.beta1,
+                     nesterov=cfg.muon_nesterov, adamw_betas=(cfg.beta1_1d, cfg.beta2_1d), adamw_eps=cfg.eps,
+                     compiled=cfg.compile)

@@ -1,0 +1,50 @@
+"""
+The learning-rate schedule: each step, every param group's lr from its base_lr.
+
+Warmup is linear from 0 (base_lr * step / warmup_iters), as in the official MARS
+code (nanoGPT now warms up with (step + 1) / (warmup_iters + 1)); then
+  cosine:   floor + (base_lr - floor) * (1 + cos(pi * progress)) / 2, until lr_decay_iters;
+  constant: base_lr;
+  wsd:      base_lr, then linearly to floor over the last wsd_decay_frac of the run (with
+            min_lr = 0 and wsd_decay_frac = 0.02, the paper-era official train_muon.py:
+            constant, then to 0 over the last 2000 of 100k steps).
+A group's floor is min_lr for the main group and, for the others, base_lr * min_lr /
+learning_rate (min_lr_groups = "scaled") or min_lr itself ("absolute").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from config import TrainConfig
+
+
+def scheduled_lr(step: int, base_lr: float, floor: float, cfg: TrainConfig, total_iters: int) -> float:
+    """The lr at `step` of a group that starts from base_lr and ends at floor."""
+    if step < cfg.warmup_iters:
+        return base_lr * step / cfg.warmup_iters
+    if cfg.lr_schedule == "constant":
+        return base_lr
+    if cfg.lr_schedule == "wsd":
+        decay_start = int(total_iters * (1 - cfg.wsd_decay_frac))
+        if step < decay_start:
+            return base_lr
+        return floor + (base_lr - floor) * (total_iters - step) / max(total_iters - decay_start, 1)
+    decay_iters = cfg.lr_decay_iters or total_iters  # cosine
+    if step >= decay_iters:
+        return floor
+    progress = (step - cfg.warmup_iters) / max(decay_iters - cfg.warmup_iters, 1)
+    return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (base_lr - floor)
+
+
+def set_learning_rates(optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig, total_iters: int) -> float:
+    """Set every group's lr for this step; returns the main group's (for the logs)."""
+    for group in optimizer.param_groups:
+        base = group["base_lr"]
+        floor = cfg.min_lr if cfg.min_lr_groups == "absolute" else base * cfg.min_lr / cfg.learning_rate
+        group["lr"] = scheduled_lr(step, base, floor, cfg, total_iters)
+    return scheduled_lr(step, cfg.learning_rate, cfg.min_lr, cfg, total_iters)

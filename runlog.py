@@ -1,0 +1,67 @@
+"""
+A run's outputs: config.json (the resolved config and where it ran), metrics.jsonl
+(one JSON row per log or eval step), the console (a tqdm bar on a terminal) and,
+optionally, Weights & Biases. One RunLog per process; on ranks other than 0 it
+exists and does nothing, so the training loop never asks which rank it is on.
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+
+class RunLog:
+    def __init__(self, enabled: bool):
+        """enabled: whether this process writes (rank 0); the console works before open()."""
+        self.enabled = enabled
+        self.metrics_file = None
+        self.wandb = None
+        self.progress = None
+
+    def open(self, out_dir: str, run_info: dict, resume: bool, total_steps: int, start_step: int,
+             wandb_project: str = "", wandb_run_name: str = "") -> None:
+        """Write config.json (run_info) and open metrics.jsonl (appended to on resume), W&B when a
+        project is given, and a progress bar on a terminal."""
+        if not self.enabled:
+            return
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(run_info, f, indent=2)
+        self.print(json.dumps(run_info["config"], indent=1))
+        self.metrics_file = open(os.path.join(out_dir, "metrics.jsonl"), "a" if resume else "w")
+        if wandb_project:
+            import wandb
+
+            # One W&B run per out_dir, so a resumed run continues its curves.
+            run_id = hashlib.sha1(os.path.abspath(out_dir).encode()).hexdigest()[:16]
+            self.wandb = wandb.init(project=wandb_project, name=wandb_run_name or None, config=run_info,
+                                    id=run_id, resume="allow")
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.progress = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+
+    def print(self, line: str) -> None:
+        if self.enabled:
+            (self.progress.write if self.progress is not None else print)(line)
+
+    def write(self, row: dict) -> None:
+        """One metrics row (it has a 'type' and a 'step'), to metrics.jsonl and W&B."""
+        if self.metrics_file is not None:
+            self.metrics_file.write(json.dumps(row) + "\n")
+            self.metrics_file.flush()
+            if self.wandb is not None:
+                self.wandb.log(row, step=row["step"])
+
+    def advance(self, steps: int = 1) -> None:
+        if self.progress is not None:
+            self.progress.update(steps)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+        if self.metrics_file is not None:
+            self.metrics_file.close()
+        if self.wandb is not None:
+            self.wandb.finish()

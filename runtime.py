@@ -1,0 +1,136 @@
+"""
+Where a run executes: the process's place in torch.distributed, its device and
+precision, and the stop signal every rank agrees on. Used by train.py; eval/
+takes autocast_context() from here too.
+"""
+
+import contextlib
+import ctypes
+import datetime
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import ContextManager
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """This process's rank and device. One process without torchrun: rank 0 of 1."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1 or dist.is_initialized()
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_runtime(device_setting: str) -> Runtime:
+    """Join the process group when torchrun started us (RANK/LOCAL_RANK/WORLD_SIZE set),
+    NCCL on GPUs and gloo on CPU. device_setting: auto | cpu | cuda | cuda:N."""
+    use_cuda = device_setting.startswith("cuda") or (device_setting == "auto" and torch.cuda.is_available())
+    if "RANK" not in os.environ:
+        device = torch.device((device_setting if device_setting != "auto" else "cuda") if use_cuda else "cpu")
+        return Runtime(0, 0, 1, device)
+    rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    # Generous timeout: the other ranks wait in a collective while rank 0 writes a checkpoint
+    # (tens of GB for XL with MARS) to a possibly slow shared filesystem.
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
+                            timeout=datetime.timedelta(minutes=60))
+    return Runtime(rank, local_rank, world_size, device)
+
+
+def close_runtime(rt: Runtime) -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """t summed over ranks, in place (t itself without torch.distributed)."""
+    if dist.is_initialized():
+        dist.all_reduce(t)
+    return t
+
+
+def resolve_dtype(dtype_setting: str, device: torch.device) -> str:
+    """'auto' is bf16 on CUDA and fp32 elsewhere."""
+    if dtype_setting != "auto":
+        return dtype_setting
+    return "bfloat16" if device.type == "cuda" else "float32"
+
+
+def autocast_context(device: str | torch.device, dtype: str) -> ContextManager:
+    """Mixed precision for forward passes; float32 runs as is."""
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    device_type = "cuda" if str(device).startswith("cuda") else "cpu"
+    return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
+
+
+def configure_device(device: torch.device) -> None:
+    """TF32 matrix products on CUDA; on CPU, keep freed memory for reuse."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    else:
+        keep_freed_memory_for_reuse()
+
+
+def keep_freed_memory_for_reuse() -> None:
+    """CPU training: glibc hands every large freed tensor back to the OS and page-faults it in
+    again at the next step, which measured 40% of a quickstart step here. Larger mmap and trim
+    thresholds keep that memory in the heap for reuse (glibc only; elsewhere nothing changes)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)
+    libc.mallopt(M_TRIM_THRESHOLD, (1 << 31) - 1)
+
+
+def code_version() -> str:
+    """The git commit of this code, with '-dirty' when it has uncommitted changes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True)
+        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+class StopSignal:
+    """SIGTERM/SIGINT (preemption, Ctrl-C) as a request to stop, which all ranks agree on
+    at the steps where they call agreed() together. A second Ctrl-C kills."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None  # this rank's signal
+        self.requested = False  # some rank's signal, as of the last agreed()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame) -> None:
+        self.received = signal.Signals(signum).name
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    def agreed(self, device: torch.device) -> bool:
+        """Whether any rank got a signal (a collective: every rank calls it at the same step)."""
+        flag = torch.tensor(float(self.received is not None), device=device)
+        if dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.requested = bool(flag.item())
+        return self.requested
