@@ -31,6 +31,7 @@ import torch
 
 from data.shards import atomic_write, fsync_directory
 from model import GPT, GPTConfig
+from runtime import InputError
 
 LATEST = "ckpt.pt"
 BEST = "ckpt_best.pt"
@@ -41,7 +42,7 @@ STATE_KEYS = ("optimizer", "dtype")
 RESUME_ONLY_KEYS = ("init_from", "eval_only")
 
 
-class CheckpointError(Exception):
+class CheckpointError(InputError):
     """A checkpoint that cannot be used; the message names the file and what to do."""
 
 

@@ -10,6 +10,7 @@ import datetime
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import ContextManager
 
@@ -134,3 +135,18 @@ class StopSignal:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         self.requested = bool(flag.item())
         return self.requested
+
+
+class InputError(Exception):
+    """Bad input from the user (a path, a file's contents, a name): the message names it and the fix."""
+
+
+@contextlib.contextmanager
+def exit_on_input_error(*errors: type[BaseException]):
+    """Entry points' main(): an InputError (or one of `errors`) ends the program with its message
+    and exit status 2, no traceback; anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except (InputError, *errors) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -39,7 +39,7 @@ from optim.schedule import set_learning_rates
 from runlog import RunLog
 from runtime import (
     Runtime, StopSignal, all_reduce_sum, autocast_context, close_runtime, code_version, configure_device,
-    init_runtime, resolve_dtype,
+    exit_on_input_error, init_runtime, resolve_dtype,
 )
 
 PEAK_BF16_FLOPS = {"A100": 312e12, "H100": 989e12, "H200": 989e12}  # dense bf16, by device name
@@ -354,14 +354,8 @@ def train(cfg: TrainConfig) -> None:
 
 
 def main(argv: list[str]) -> None:
-    try:
-        cfg = load_config(argv)
-    except ConfigError as e:
-        sys.exit(f"config error: {e}")
-    try:
-        train(cfg)
-    except (ConfigError, CheckpointError, ShardError, FileNotFoundError, FloatingPointError) as e:
-        sys.exit(f"error: {e}")
+    with exit_on_input_error(ShardError, FileNotFoundError, FloatingPointError):
+        train(load_config(argv))
 
 
 if __name__ == "__main__":

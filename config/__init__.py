@@ -20,6 +20,7 @@ import typing
 from dataclasses import dataclass
 
 from model import PRESETS, GPTConfig
+from runtime import InputError
 
 
 @dataclass
@@ -155,7 +156,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """A configuration that cannot run; the message names the key and the fix."""
 
 
@@ -197,17 +198,28 @@ def _check_values(cfg: TrainConfig) -> None:
     if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
         raise ConfigError(f"config key 'device' is {cfg.device!r}; use auto, cpu, cuda or cuda:N")
     for key in ("total_batch_size", "micro_batch_size", "block_size", "eval_interval", "log_interval",
-                "eval_sequences", "vocab_size", "ckpt_keep"):
-        if getattr(cfg, key) <= 0:
+                "eval_sequences", "vocab_size", "ckpt_keep", "learning_rate", "lr_1d", "grad_multiplier"):
+        if not getattr(cfg, key) > 0:
             raise ConfigError(f"config key '{key}' must be positive, got {getattr(cfg, key)}")
     for key in ("warmup_iters", "lr_decay_iters", "ckpt_interval", "hellaswag_interval", "hellaswag_examples",
-                "max_tokens", "sample_tokens"):
-        if getattr(cfg, key) < 0:
+                "max_tokens", "sample_tokens", "n_layer", "n_head", "n_embd", "min_lr", "weight_decay",
+                "weight_decay_1d", "eps", "grad_clip", "gamma", "peak_flops"):
+        if not getattr(cfg, key) >= 0:
             raise ConfigError(f"config key '{key}' must not be negative, got {getattr(cfg, key)}")
-    if not cfg.grad_multiplier > 0:
-        raise ConfigError(f"config key 'grad_multiplier' must be positive, got {cfg.grad_multiplier}")
+    for key in ("beta1", "beta2", "beta1_1d", "beta2_1d", "muon_momentum", "dropout"):
+        if not 0.0 <= getattr(cfg, key) < 1.0:
+            raise ConfigError(f"config key '{key}' must be in [0, 1), got {getattr(cfg, key)}")
     if not 0.0 <= cfg.wsd_decay_frac <= 1.0:
         raise ConfigError(f"config key 'wsd_decay_frac' must be in [0, 1], got {cfg.wsd_decay_frac}")
+    cfg.grad_accum_steps(world_size=1)  # the batch must split into micro-batches (per rank: checked at launch)
+    model = cfg.model_args()
+    if model["n_embd"] % model["n_head"]:
+        raise ConfigError(f"n_embd={model['n_embd']} is not divisible by n_head={model['n_head']} (model "
+                          f"'{cfg.model}' plus overrides): choose n_head dividing n_embd, e.g. "
+                          f"{max(h for h in range(1, model['n_head'] + 1) if model['n_embd'] % h == 0)}")
+    if cfg.min_lr > cfg.learning_rate:
+        raise ConfigError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the schedule decays "
+                          "from learning_rate down to min_lr; lower min_lr")
     if cfg.mars_m_efficient and not cfg.is_approx:
         raise ConfigError("mars_m_efficient=True is the approximate MARS-M: it needs is_approx=True")
     if cfg.dtype == "float16" and cfg.optimizer in ("mars", "mars-m") and not cfg.is_approx:
@@ -243,7 +255,14 @@ def read_config_file(path: str) -> dict[str, typing.Any]:
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e}") from e
     namespace: dict[str, typing.Any] = {}
-    exec(compile(source, path, "exec"), namespace)
+    try:
+        exec(compile(source, path, "exec"), namespace)
+    except SyntaxError as e:
+        raise ConfigError(f"config file {path}, line {e.lineno}: {e.msg}: {(e.text or '').strip()!r}; "
+                          "a config file is Python that assigns values (key = value)") from e
+    except Exception as e:  # a config file only assigns values; anything that raises is a mistake in it
+        raise ConfigError(f"config file {path} raised {type(e).__name__}: {e}; a config file only assigns "
+                          "values (key = value)") from e
     return {
         k: v for k, v in namespace.items()
         if not k.startswith("_") and not isinstance(v, types.ModuleType)

@@ -2,6 +2,7 @@
 settings, a tiny token dataset, and a runner for train.py (in a subprocess, single process or under
 torchrun)."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -88,3 +89,22 @@ def save_results_of_ranks(run) -> None:
     if dist.get_rank() == 0:
         torch.save({"params": params, "calls": all_calls}, sys.argv[1])
     dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def counted_orthogonalizations():
+    """Count the Newton-Schulz runs (optim.muon.orthogonalized_update calls) inside the block:
+    yields a one-item list holding the count."""
+    import optim.muon
+
+    original, count = optim.muon.orthogonalized_update, [0]
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    optim.muon.orthogonalized_update = counted
+    try:
+        yield count
+    finally:
+        optim.muon.orthogonalized_update = original

@@ -9,8 +9,7 @@ import os
 
 import torch
 
-import optim.muon
-from conftest import run_file_under_torchrun, save_results_of_ranks
+from conftest import counted_orthogonalizations, run_file_under_torchrun, save_results_of_ranks
 from optim import Muon
 
 SHAPES = [(48, 32), (32, 96), (64, 64), (16, 16), (96,), (32,)]
@@ -23,23 +22,12 @@ def run_muon() -> tuple[list[torch.Tensor], int]:
     gen = torch.Generator().manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
     opt = Muon(params, weight_decay=0.01, compiled=False)
-    calls = 0
-    orthogonalized_update = optim.muon.orthogonalized_update
-
-    def counted(*args, **kwargs):
-        nonlocal calls
-        calls += 1
-        return orthogonalized_update(*args, **kwargs)
-
-    optim.muon.orthogonalized_update = counted
-    try:
+    with counted_orthogonalizations() as calls:
         for _ in range(STEPS):
             for p in params:
                 p.grad = torch.randn(p.shape, generator=gen)
             opt.step()
-    finally:
-        optim.muon.orthogonalized_update = orthogonalized_update
-    return [p.detach() for p in params], calls
+    return [p.detach() for p in params], calls[0]
 
 
 def test_muon_under_torchrun_equals_single_process(tmp_path):

@@ -13,8 +13,7 @@ import os
 import pytest
 import torch
 
-import optim.muon
-from conftest import run_file_under_torchrun, save_results_of_ranks
+from conftest import counted_orthogonalizations, run_file_under_torchrun, save_results_of_ranks
 import optim.rules
 from optim.mars_m import MARSM
 from optim.moonlight import Moonlight
@@ -244,17 +243,8 @@ DDP_STEPS = 4
 def run_on_fixed_gradients() -> tuple[dict[str, list[torch.Tensor]], int]:
     """A few steps of each optimizer on fixed parameters and gradients (the same on every
     rank): the final parameters per optimizer, and how many matrices this process orthogonalised."""
-    calls = 0
-    orthogonalized_update = optim.muon.orthogonalized_update
-
-    def counted(*args, **kwargs):
-        nonlocal calls
-        calls += 1
-        return orthogonalized_update(*args, **kwargs)
-
     results = {}
-    optim.muon.orthogonalized_update = counted
-    try:
+    with counted_orthogonalizations() as calls:
         for name in ("mars-m-approx", "mars-m-efficient", "moonlight"):
             gen = torch.Generator().manual_seed(0)
             params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in DDP_SHAPES]
@@ -264,9 +254,7 @@ def run_on_fixed_gradients() -> tuple[dict[str, list[torch.Tensor]], int]:
                     p.grad = torch.randn(p.shape, generator=gen) * 0.1
                 opt.step()
             results[name] = [p.detach() for p in params]
-    finally:
-        optim.muon.orthogonalized_update = orthogonalized_update
-    return results, calls
+    return results, calls[0]
 
 
 def test_two_ranks_under_torchrun_equal_one_process(tmp_path):

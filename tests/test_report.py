@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from conftest import REPO
 from config import TrainConfig
 
 from scripts import report

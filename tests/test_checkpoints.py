@@ -1,0 +1,190 @@
+"""No run lost to a bad checkpoint: the newest ckpt_keep checkpoints kept with checksums, resume
+skipping a corrupt one, SIGKILL at several points (inside the checkpoint write too) then resume
+ending bit-identical to an uninterrupted run, a full disk named without damage, and train.py's
+named errors for bad input (no traceback, nothing written)."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from checkpoint import load_latest
+from conftest import REPO, run_train, tiny_run_args
+
+STEPS = 10
+COMMON = dict(max_iters=STEPS, lr_decay_iters=STEPS, ckpt_interval=2, eval_interval=100, log_interval=1)
+
+# Runs train.py after arranging a SIGKILL (a power cut: no cleanup) at one point of the checkpoint
+# code, on the `save`-th checkpoint this process writes.
+KILL_SCRIPT = """
+import os, signal, sys
+import checkpoint, train
+where, save = sys.argv[1], int(sys.argv[2])
+saves = [0]
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+real_save, real_write, real_link, real_remove = checkpoint.save_checkpoint, checkpoint._HashingWriter.write, checkpoint._link, os.remove
+
+def counting_save(*args, **kwargs):
+    saves[0] += 1
+    return real_save(*args, **kwargs)
+
+def write(self, data):
+    if where == "inside the write" and saves[0] == save and len(data) > 100:
+        real_write(self, data[: len(data) // 2])
+        die()
+    if where == "disk full" and saves[0] == save:
+        raise OSError(28, "No space left on device")
+    return real_write(self, data)
+
+def link(target, name):
+    if where == "before ckpt.pt moves" and saves[0] == save:
+        die()
+    return real_link(target, name)
+
+def remove(path):
+    if where == "while removing old ones" and saves[0] == save:
+        die()
+    return real_remove(path)
+
+checkpoint.save_checkpoint, checkpoint._HashingWriter.write, checkpoint._link = counting_save, write, link
+train.save_checkpoint = counting_save
+os.remove = remove
+train.main(sys.argv[3:])
+"""
+
+
+def run_with_fault(where: str, save: int, args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", KILL_SCRIPT, where, str(save), *args], capture_output=True, text=True,
+                          cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+
+
+def weights(out_dir) -> dict:
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)["model"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_dataset, tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("uninterrupted") / "run")
+    run_train(tiny_run_args(tiny_dataset, out, **COMMON))
+    return out
+
+
+def test_the_newest_checkpoints_are_kept_with_checksums(uninterrupted, tiny_dataset, tmp_path):
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(uninterrupted, "ckpt*")))
+    assert names == ["ckpt.pt", "ckpt_0000008.pt", "ckpt_0000008.pt.sha256", "ckpt_0000010.pt",
+                     "ckpt_0000010.pt.sha256"]
+    assert os.path.samefile(os.path.join(uninterrupted, "ckpt.pt"), os.path.join(uninterrupted, "ckpt_0000010.pt"))
+    out = str(tmp_path / "best")
+    run_train(tiny_run_args(tiny_dataset, out, **{**COMMON, "eval_interval": 2, "ckpt_keep": 1,
+                                                  "ckpt_keep_best": True}))
+    best = torch.load(os.path.join(out, "ckpt_best.pt"), weights_only=True)
+    assert best["best_val_loss"] == torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["best_val_loss"]
+    assert len(glob.glob(os.path.join(out, "ckpt_0*.pt"))) == 1
+
+
+@pytest.mark.parametrize("where, save, resumed_step", [
+    ("inside the write", 3, 4),  # the 3rd save (step 6) dies half-written: step 4 is the last durable one
+    ("before ckpt.pt moves", 2, 4),  # step 4 is complete, with its checksum, before ckpt.pt points at it
+    ("while removing old ones", 3, 6),
+])
+def test_sigkill_then_resume_ends_bit_identical(where, save, resumed_step, uninterrupted, tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    killed = run_with_fault(where, save, tiny_run_args(tiny_dataset, out, **COMMON))
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    resumed = run_train(tiny_run_args(tiny_dataset, out, init_from="resume", **COMMON))
+    assert f"ckpt_{resumed_step:07d}.pt at step {resumed_step}" in resumed.stdout
+    got, want = weights(out), weights(uninterrupted)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_sigkill_between_checkpoints_then_resume_ends_bit_identical(uninterrupted, tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, str(REPO / "train.py")] + tiny_run_args(tiny_dataset, out, **COMMON),
+                            cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
+    for line in proc.stdout:
+        if line.startswith("step 5/"):
+            proc.kill()
+            break
+    proc.wait(timeout=60)
+    run_train(tiny_run_args(tiny_dataset, out, init_from="resume", **COMMON))
+    got, want = weights(out), weights(uninterrupted)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_resume_skips_a_corrupt_checkpoint_and_names_it(uninterrupted, tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(tiny_run_args(tiny_dataset, out, **{**COMMON, "max_iters": 8}))
+    newest = os.path.join(out, "ckpt_0000008.pt")
+    with open(newest, "r+b") as f:  # a copy cut short (ckpt.pt is the same file)
+        f.truncate(os.path.getsize(newest) // 2)
+    resumed = run_train(tiny_run_args(tiny_dataset, out, init_from="resume", **COMMON))
+    assert "skipping checkpoint" in resumed.stdout and "ckpt_0000008.pt" in resumed.stdout
+    assert "ckpt_0000006.pt at step 6" in resumed.stdout
+    got, want = weights(out), weights(uninterrupted)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_no_usable_checkpoint_is_a_named_error(tiny_dataset, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "ckpt.pt").write_bytes(b"PK\x03\x04 a checkpoint cut short")  # an old-style run's only checkpoint
+    proc = run_train(tiny_run_args(tiny_dataset, str(out), init_from="resume"), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no usable checkpoint" in proc.stderr and "ckpt.pt is not a readable checkpoint" in proc.stderr
+
+
+def test_a_full_disk_is_named_and_the_previous_checkpoint_survives(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    proc = run_with_fault("disk full", 2, tiny_run_args(tiny_dataset, out, **COMMON))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "could not write checkpoint" in proc.stderr and "No space left on device" in proc.stderr
+    path, ckpt = load_latest(out, torch.device("cpu"))
+    assert ckpt["step"] == 2 and path.endswith("ckpt_0000002.pt")
+    assert not glob.glob(os.path.join(out, "*.tmp"))
+
+
+# ----------------------------------------------------------------------------- bad input to train.py
+
+
+def config_file(tmp_path, text: str) -> str:
+    path = tmp_path / "bad_config.py"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(n_head=5, n_embd=128), "n_embd=128 is not divisible by n_head=5"),
+    (dict(learning_rate=-1), "'learning_rate' must be positive"),
+    (dict(beta2=1.5), "'beta2' must be in [0, 1)"),
+    (dict(block_size=100_000, total_batch_size=800_000), "hold no window of block_size + 1"),
+    (dict(micro_batch_size=3), "not a multiple of micro_batch_size * block_size"),
+    (dict(optimizer="adam"), "choose one of adamw, mars, muon"),
+])
+def test_bad_settings_are_named_before_any_work(bad, message, tiny_dataset, tmp_path):
+    out = tmp_path / "run"
+    proc = run_train(tiny_run_args(tiny_dataset, str(out)) + [f"--{k}={v}" for k, v in bad.items()], check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and message in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_a_config_file_with_a_syntax_error_is_named(tiny_dataset, tmp_path):
+    path = config_file(tmp_path, "n_layer = 2\nlearning_rate = 3e-4 +\n")
+    proc = run_train([path] + tiny_run_args(tiny_dataset, str(tmp_path / "run")), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"config file {path}, line 2" in proc.stderr
+
+
+def test_resuming_with_another_model_size_is_refused(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=2))
+    before = {p: open(p, "rb").read() for p in glob.glob(os.path.join(out, "*"))}
+    proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=4, init_from="resume", n_layer=3), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "differs from the config's" in proc.stderr
+    assert {p: open(p, "rb").read() for p in glob.glob(os.path.join(out, "*"))} == before
