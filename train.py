@@ -35,6 +35,7 @@ from data.loader import TokenWindows, TrainBatches, to_device, validation_window
 from data.shards import ShardError
 from model import GPT, GPTConfig
 from optim import OPTIMIZERS, build_optimizer
+from optim.diagnostics import parameter_kinds, update_and_weight_rms, weights_before_step
 from optim.schedule import set_learning_rates
 from runlog import RunLog
 from runtime import (
@@ -155,8 +156,10 @@ def clip_gradients(params: list[torch.Tensor], optimizer: torch.optim.Optimizer,
 
 def optimizer_step(model: torch.nn.Module, params: list[torch.Tensor], optimizer: torch.optim.Optimizer,
                    scaler: torch.amp.GradScaler, batches: TrainBatches, step: int, cfg: TrainConfig, rt: Runtime,
-                   autocast: ContextManager) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step on the batch of `step`; returns its loss and gradient norm (on device)."""
+                   autocast: ContextManager, diagnosed_kinds: dict[str, list[torch.Tensor]] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """One optimizer step on the batch of `step`; returns its loss, gradient norm and, given the
+    parameters by kind, the optimizer diagnostics (optim/diagnostics.py), all on device."""
     grad_accum = cfg.grad_accum_steps(rt.world_size)
     if getattr(optimizer, "needs_grad_on_next_batch", False):  # MARS-exact: the gradient at these weights
         forward_backward(model, batches, step + 1, grad_accum, cfg.micro_batch_size, cfg.grad_multiplier, rt,
@@ -168,10 +171,17 @@ def optimizer_step(model: torch.nn.Module, params: list[torch.Tensor], optimizer
     loss = forward_backward(model, batches, step, grad_accum, cfg.micro_batch_size, cfg.grad_multiplier, rt,
                             autocast, scaler)
     grad_norm = clip_gradients(params, optimizer, scaler, cfg.grad_clip)
+    diagnostics, weights_before = {}, None
+    if diagnosed_kinds is not None:
+        if hasattr(optimizer, "variance_reduction_stats"):
+            diagnostics = optimizer.variance_reduction_stats()
+        weights_before = weights_before_step(diagnosed_kinds)
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    return loss, grad_norm
+    if weights_before is not None:
+        diagnostics |= update_and_weight_rms(diagnosed_kinds, weights_before)
+    return loss, grad_norm, diagnostics
 
 
 @torch.no_grad()
@@ -282,6 +292,7 @@ def train(cfg: TrainConfig) -> None:
 
         hellaswag_examples = load_hellaswag(cfg.hellaswag_file or None)[: cfg.hellaswag_examples or None]
     flops = peak_flops(cfg, rt.device)
+    kinds = parameter_kinds(raw_model) if cfg.log_diagnostics else None
     stop = StopSignal()
     window = LogWindow(rt.device)
     start_step, ckpt_interval = run.step, cfg.ckpt_interval or cfg.eval_interval
@@ -330,16 +341,18 @@ def train(cfg: TrainConfig) -> None:
         window.start_time += time.time() - pause_start
 
         lr = set_learning_rates(optimizer, run.step, cfg, total_iters)
-        loss, grad_norm = optimizer_step(model, params, optimizer, scaler, data.train_batches, run.step, cfg, rt,
-                                         autocast)
+        log_now = (run.step + 1) % cfg.log_interval == 0 or run.step + 1 == total_iters
+        loss, grad_norm, diagnostics = optimizer_step(model, params, optimizer, scaler, data.train_batches, run.step,
+                                                      cfg, rt, autocast, kinds if log_now else None)
         window.add(loss, grad_norm, cfg.grad_clip)
         run.step += 1
         log.advance()
 
-        if run.step % cfg.log_interval == 0 or run.step == total_iters:  # the only host syncs of a step
+        if log_now:  # the only host syncs of a step
             mean_loss = window.mean_loss(rt, run.step, cfg.out_dir)
             stop.agreed(rt.device)  # every rank must leave the loop at the same step
             row = window.train_row(mean_loss, run.step, grad_norm, cfg) | dict(lr=lr)
+            row |= {name: value.item() for name, value in diagnostics.items()}
             if flops:
                 row["mfu"] = raw_model.estimate_mfu(row["tokens_per_s"] / rt.world_size, flops)
             log.write(row)

@@ -1,45 +1,63 @@
 """
-Time a training step (forward, backward, optimizer) of a config's model on this device.
+Time train.py's optimizer step (forward-backward, clipping, optimizer) of a config's model on this
+device, on synthetic tokens, and what the log-step diagnostics add to it.
 
-    python -m bench.train_step config/quickstart.py            # CPU: with/without malloc reuse
+    python -m bench.train_step config/quickstart.py            # CPU: also with/without malloc reuse
     python -m bench.train_step config/gpt2_small_mars.py --micro_batch_size=16 --device=cuda
 
-Prints the median ms per micro-step and tokens/s; on CPU it also runs the step
-without train.keep_freed_memory_for_reuse() (in a fresh process) and prints the ratio.
+Prints the median ms per step and tokens/s; the diagnostics' overhead (optim/diagnostics.py: run on
+log steps only, so their cost per step is the extra time of a diagnosed step over log_interval);
+on CPU, the step without runtime.keep_freed_memory_for_reuse() (in a fresh process) and the ratio.
 """
 
-import os
 import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 import torch
 
-from config import load_config
+import bench
+from config import TrainConfig, load_config
 from model import GPT, GPTConfig
 from optim import build_optimizer
-from train import keep_freed_memory_for_reuse
+from optim.diagnostics import parameter_kinds
+from runtime import Runtime, autocast_context, keep_freed_memory_for_reuse, resolve_dtype
+from train import optimizer_step
 
 
-def median_step_ms(argv: list[str], reuse_memory: bool, steps: int = 8) -> float:
+class SyntheticBatches:
+    """train.TrainBatches' interface on random tokens, drawn once."""
+
+    def __init__(self, cfg: TrainConfig, device: torch.device):
+        self.x, self.y = torch.randint(0, 50257, (2, cfg.micro_batch_size, cfg.block_size), device=device)
+
+    def micro_batch(self, *args) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x, self.y
+
+
+def median_step_ms(argv: list[str], reuse_memory: bool, diagnose: bool = False, steps: int = 8) -> float:
     cfg = load_config(argv)
     device = torch.device("cuda" if cfg.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
     if device.type == "cpu" and reuse_memory:
         keep_freed_memory_for_reuse()
+    cfg.total_batch_size = cfg.micro_batch_size * cfg.block_size  # one micro-step per step
+    rt = Runtime(rank=0, local_rank=0, world_size=1, device=device)
     torch.manual_seed(0)
     model = GPT(GPTConfig(**cfg.model_args())).to(device)
     optimizer = build_optimizer(model, cfg, device.type)
-    x, y = torch.randint(0, 50257, (2, cfg.micro_batch_size, cfg.block_size), device=device)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    for group in optimizer.param_groups:
+        group["lr"] = group["base_lr"]
+    scaler = torch.amp.GradScaler(device.type, enabled=False)
+    autocast = autocast_context(device, resolve_dtype(cfg.dtype, device)) if device.type == "cuda" else nullcontext()
+    batches, params = SyntheticBatches(cfg, device), list(model.parameters())
+    kinds = parameter_kinds(model) if diagnose else None
     times = []
-    for _ in range(steps + 3):
+    for step in range(steps + 3):
         start = time.perf_counter()
-        with autocast:
-            _, loss = model(x, y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        _, _, diagnostics = optimizer_step(model, params, optimizer, scaler, batches, step, cfg, rt, autocast, kinds)
+        [value.item() for value in diagnostics.values()]  # what a log step reads
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(1000 * (time.perf_counter() - start))
@@ -51,10 +69,15 @@ if __name__ == "__main__":
     if "--no-reuse" in sys.argv:  # the baseline, in its own process so no mallopt has run
         print(median_step_ms(argv, reuse_memory=False))
         sys.exit()
+    bench.print_header()
     cfg = load_config(argv)
     ms = median_step_ms(argv, reuse_memory=True)
-    print(f"{ms:.0f} ms per micro-step, {cfg.micro_batch_size * cfg.block_size / ms * 1000:,.0f} tokens/s")
+    print(f"{ms:.0f} ms per step of {cfg.micro_batch_size} x {cfg.block_size} tokens, "
+          f"{cfg.micro_batch_size * cfg.block_size / ms * 1000:,.0f} tokens/s ({cfg.optimizer})")
+    diagnosed = median_step_ms(argv, reuse_memory=True, diagnose=True)
+    print(f"a step with diagnostics: {diagnosed:.0f} ms; at log_interval {cfg.log_interval} they add "
+          f"{100 * (diagnosed - ms) / cfg.log_interval / ms:.2f}% per step")
     if not torch.cuda.is_available():
-        baseline = float(subprocess.run([sys.executable, __file__, *argv, "--no-reuse"], capture_output=True,
-                                        text=True, check=True).stdout.split()[-1])
-        print(f"without malloc reuse: {baseline:.0f} ms per micro-step; speed-up {baseline / ms:.2f}x")
+        baseline = float(subprocess.run([sys.executable, "-m", "bench.train_step", *argv, "--no-reuse"],
+                                        capture_output=True, text=True, check=True).stdout.split()[-1])
+        print(f"without malloc reuse: {baseline:.0f} ms per step; speed-up {baseline / ms:.2f}x")

@@ -109,6 +109,9 @@ class TrainConfig:
     eval_sequences: int = 200  # fixed validation windows (the same every eval and every run)
     eval_only: bool = False
     log_interval: int = 10  # also the cadence of NaN and stop-signal checks
+    # On log steps: update and weight RMS per parameter kind, and MARS's variance-reduction statistics
+    # (optim/diagnostics.py); costs a copy of the weights on those steps only.
+    log_diagnostics: bool = True
     ckpt_interval: int = 0  # save a checkpoint every this many steps (0: at each eval)
     ckpt_keep: int = 2  # keep the newest this many checkpoints (resume falls back to an older one if needed)
     ckpt_keep_best: bool = False  # also keep the best-validation checkpoint (ckpt_best.pt)

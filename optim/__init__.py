@@ -46,6 +46,8 @@ class OptimizerSpec:
     state_keys: tuple[str, ...]  # the subset that shapes the optimizer state: refused on resume
     display_name: Callable[[dict], str]  # a run's name in reports, from its config dict
     mini_recipes: dict[str, str] = field(default_factory=dict)  # name -> arguments after config/mini.py
+    # forward-backward passes over the batch per step (2: the exact forms' second gradient)
+    gradients_per_step: Callable[[dict], int] = lambda cfg: 1
 
 
 _MARS_NAMES = {"mars-adamw": "MARS", "mars-lion": "MARS-Lion", "mars-shampoo": "MARS-Shampoo"}
@@ -69,6 +71,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
             # MARS-exact first: it is the longest, so parallel runs finish together.
             mini_recipes={"mars_exact": "config/mini_mars.py --is_approx=False",
                           "mars_approx": "config/mini_mars.py --is_approx=True"},
+            gradients_per_step=lambda cfg: 1 if cfg["is_approx"] else 2,
         ),
         OptimizerSpec(
             "muon", build_muon,
@@ -86,6 +89,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
             display_name=lambda cfg: "MARS-M" + ("-efficient" if cfg["mars_m_efficient"] else
                                                  "-approx" if cfg["is_approx"] else "-exact"),
             mini_recipes={"mars_m": "config/mini_mars_m.py"},
+            gradients_per_step=lambda cfg: 1 if cfg["is_approx"] else 2,
         ),
         OptimizerSpec(
             "moonlight", build_moonlight,
@@ -111,6 +115,11 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str) -> tor
 def display_name(cfg: dict) -> str:
     """How reports name a run, from its config.json's config."""
     return OPTIMIZERS[cfg["optimizer"]].display_name(cfg)
+
+
+def gradients_per_step(cfg: dict) -> int:
+    """Forward-backward passes over the batch per step of a run, from its config.json's config."""
+    return OPTIMIZERS[cfg["optimizer"]].gradients_per_step(cfg)
 
 
 def mini_recipes() -> dict[str, str]:

@@ -55,6 +55,7 @@ import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
+from optim.diagnostics import variance_reduction_stats
 from optim.newton_schulz import orthogonalized_update
 from optim.rules import (
     MARS_ADAMW, MARS_LION, adam_state, adam_step_scalars, adamw_update, decoupled_step_, mars_momentum_,
@@ -71,8 +72,8 @@ MARS_TYPES = ("mars-adamw", "mars-lion", "mars-shampoo")
 class KeptGradients:
     """The earlier gradients MARS-type optimizers keep: g_prev (the previous step's gradient, by
     reference, for the approximate forms) and MARS-exact's stash (the gradient at the current weights
-    on the next step's batch). For an Optimizer with `is_approx` and `uses_mars_rule(p, group)`;
-    shared by MARS and MARS-M."""
+    on the next step's batch). For an Optimizer with `is_approx`, `uses_mars_rule(p, group)` and
+    `correction_coefficient(group)`; shared by MARS and MARS-M."""
 
     def _check_stashed(self) -> None:
         stashed = [
@@ -107,6 +108,19 @@ class KeptGradients:
                 state["last_grad"] = state.pop("stashed_grad")
             else:  # no gradient on the stash batch: g_prev is zero
                 del state["last_grad"]
+
+    @torch.no_grad()
+    def variance_reduction_stats(self) -> dict[str, torch.Tensor]:
+        """optim.diagnostics.variance_reduction_stats of the gradients the MARS rule is about to use
+        (call it before step(), after clipping)."""
+        by_coefficient: dict[float, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and self.uses_mars_rule(p, group) and "last_grad" in self.state[p]:
+                    grads, last_grads = by_coefficient.setdefault(self.correction_coefficient(group), ([], []))
+                    grads.append(p.grad)
+                    last_grads.append(self.state[p]["last_grad"])
+        return variance_reduction_stats(by_coefficient)
 
     @torch.no_grad()
     def stash_grad_for_next_step(self) -> None:
@@ -165,6 +179,11 @@ class MARS(KeptGradients, Optimizer):
     def uses_mars_rule(p: torch.Tensor, group: dict) -> bool:
         """Whether p takes the MARS update (else plain AdamW)."""
         return p.ndim == 2 or group["optimize_1d"]
+
+    @staticmethod
+    def correction_coefficient(group: dict) -> float:
+        """k in c = g + k (g - g_prev)."""
+        return group["gamma"] * group["betas"][0] / (1.0 - group["betas"][0])
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:

@@ -108,6 +108,11 @@ class MARSM(KeptGradients, Moonlight):
         """Whether p takes the MARS-M update (else AdamW)."""
         return group["use_muon"]
 
+    @staticmethod
+    def correction_coefficient(group: dict) -> float:
+        """k in c = g + k (g - g_prev)."""
+        return group["gamma"] * group["momentum"] / (1.0 - group["momentum"])
+
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         if not self.is_approx:  # before any update (with a closure, of the gradients before it runs)
             self._check_stashed()

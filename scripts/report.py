@@ -37,7 +37,8 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from eval.paper import PAPER_COLUMNS, paper_scores  # noqa: E402
-from optim import display_name  # noqa: E402
+from config import TrainConfig  # noqa: E402
+from optim import display_name, gradients_per_step  # noqa: E402
 
 # The paper's row order; other optimizers (MARS-Lion, ...) follow in alphabetical order.
 OPTIMIZER_ORDER = ["AdamW", "Muon", "MARS-exact", "MARS-approx"]
@@ -56,6 +57,8 @@ class Run:
     learning_rate: float
     # (step, tokens, training seconds, val loss) per evaluation, in step order
     val: list[tuple[int, int, float, float]]
+    passes_per_step: int = 1  # forward-backward passes over the batch per step (MARS-exact: 2)
+    train_rows: list[dict] = field(default_factory=list)  # the logged training rows (diagnostics included)
     downstream: dict | None = field(default=None)  # lm-eval results, if the run was evaluated
     row: str = ""  # the table's row: the optimizer, and its learning rate in a sweep (see name_rows)
     protocol: str = ""  # how the budget was reached, for the column name (see paper_budget_views)
@@ -110,7 +113,7 @@ def load_run(folder: str) -> Run | None:
     """The run in folder, or None if it has no evaluation yet."""
     with open(os.path.join(folder, "config.json")) as f:
         info = json.load(f)
-    cfg = info["config"]
+    cfg = TrainConfig().to_dict() | info["config"]  # a run from before a key existed has its default
     rows = read_rows(os.path.join(folder, "metrics.jsonl"))
     clock = training_seconds([r for r in rows if r["type"] == "train"])
     val = []
@@ -131,7 +134,8 @@ def load_run(folder: str) -> Run | None:
                dataset=os.path.basename(os.path.normpath(cfg["data_dir"])) if cfg["data_dir"] else cfg["dataset"],
                budget=info["total_iters"] * cfg["total_batch_size"], total_iters=info["total_iters"],
                seed=cfg["seed"], learning_rate=cfg["learning_rate"], val=val, downstream=downstream, row=optimizer,
-               protocol=protocol)
+               protocol=protocol, passes_per_step=gradients_per_step(cfg),
+               train_rows=[r for r in rows if r["type"] == "train"])
 
 
 def find_runs(paths: list[str]) -> list[Run]:
@@ -249,10 +253,35 @@ def downstream_table(runs: list[Run]) -> str | None:
     return markdown_table(["Optimizer", "Model"] + [name for name, _ in PAPER_COLUMNS] + ["Avg."], rows)
 
 
+def significance_table(runs: list[Run]) -> str | None:
+    """Welch's t-test (unequal variances) on the best validation loss, between every two rows of a
+    column that both have 2+ seeds: the difference of the means, t and the two-sided p-value."""
+    from scipy.stats import ttest_ind
+
+    lines = []
+    for column, column_runs in group_by_setting(runs).items():
+        losses = {row: [r.best_val_loss for r in column_runs if r.row == row] for row in row_order(column_runs)}
+        seeded = [row for row, values in losses.items() if len(values) > 1]
+        for i, a in enumerate(seeded):
+            for b in seeded[i + 1 :]:
+                result = ttest_ind(losses[a], losses[b], equal_var=False)
+                difference = statistics.mean(losses[a]) - statistics.mean(losses[b])
+                lines.append([column, a, b, f"{difference:+.4f}", f"{result.statistic:.2f}", f"{result.pvalue:.3g}",
+                              f"{len(losses[a])}, {len(losses[b])}"])
+    if not lines:
+        return None
+    return markdown_table(["setting", "A", "B", "mean A - mean B", "t", "p", "seeds"], lines)
+
+
 def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
     parts = ["# Results", "", "## Best validation loss", "", loss_table(runs), "",
              "Bold: the lowest of its column. Where a cell holds several runs (seeds): mean ± standard "
              "deviation of their best losses. *: not finished, best loss so far."]
+    table = significance_table(runs)
+    if table:
+        parts += ["", "## Significance", "", "Welch's t-test (two-sided, unequal variances) on the best "
+                  "validation loss of each seed: a p-value below 0.05 says the difference of the means is "
+                  "unlikely to be seed noise.", "", table]
     table = downstream_table(runs)
     if table:
         parts += ["", "## Downstream tasks (zero-shot, %)", "", table]
@@ -274,31 +303,46 @@ def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
 # Plots
 
 
+X_AXES = {"tokens": "tokens", "time": "training time", "passes": "forward-backward passes over the batch"}
+
+
+def curve(run: Run, x_axis: str) -> list[tuple[float, float]]:
+    """(x, val loss) per evaluation; x in tokens, training seconds or forward-backward passes
+    (MARS-exact's steps count two, so compute-matched comparisons read off one axis)."""
+    column = {"tokens": 1, "time": 2}.get(x_axis)
+    return [(v[column] if column else v[0] * run.passes_per_step, v[3]) for v in run.val]
+
+
 def plot_val_loss(runs: list[Run], x_axis: str, path: str) -> None:
-    """One panel per setting, one curve per run (colour: its row); x_axis is 'tokens' or 'time'."""
+    """One panel per setting; per row the mean over its seeds, with a band from their lowest to
+    highest loss (the x of an evaluation is the seeds' mean: clocks differ)."""
     columns = group_by_setting(runs)
     rows = row_order(runs)
     colors = {name: f"C{i}" for i, name in enumerate(rows)}
     ncols = min(3, len(columns))
     nrows = -(-len(columns) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4 * nrows), squeeze=False)
-    hours = max(v[2] for run in runs for v in run.val) > 2 * 3600
-    unit_seconds, unit = (3600, "hours") if hours else (60, "minutes")
+    scale, unit = 1.0, ""
+    if x_axis == "time":
+        hours = max(v[2] for run in runs for v in run.val) > 2 * 3600
+        scale, unit = (3600.0, " (hours)") if hours else (60.0, " (minutes)")
     for ax, (column, column_runs) in zip(axes.flat, columns.items()):
-        labelled = set()
-        for run in sorted(column_runs, key=lambda r: rows.index(r.row)):  # legend in the table's order
-            x = [v[1] for v in run.val] if x_axis == "tokens" else [v[2] / unit_seconds for v in run.val]
-            label = None
-            if run.row not in labelled:
-                label = run.row + ("" if run.complete else " (incomplete)")
-                labelled.add(run.row)
-            ax.plot(x, [v[3] for v in run.val], color=colors[run.row], label=label, alpha=0.85)
+        for row in [r for r in rows if any(run.row == r for run in column_runs)]:
+            seeds = [curve(run, x_axis) for run in column_runs if run.row == row]
+            length = min(len(c) for c in seeds)  # the evaluations every seed has reached
+            x = [statistics.mean(c[i][0] for c in seeds) / scale for i in range(length)]
+            losses = [[c[i][1] for c in seeds] for i in range(length)]
+            complete = all(run.complete for run in column_runs if run.row == row)
+            label = f"{row}{f' ({len(seeds)} seeds)' if len(seeds) > 1 else ''}{'' if complete else ' (incomplete)'}"
+            ax.plot(x, [statistics.mean(v) for v in losses], color=colors[row], label=label)
+            if len(seeds) > 1:
+                ax.fill_between(x, [min(v) for v in losses], [max(v) for v in losses], color=colors[row], alpha=0.2)
         # Zoom past the first evaluations, where all curves are high and alike.
         losses = sorted(v[3] for run in column_runs for v in run.val if v[0] > 0) or [column_runs[0].val[0][3]]
         low, high = losses[0], losses[int(0.9 * (len(losses) - 1))]
         ax.set_ylim(low - 0.05 * (high - low) - 1e-3, high + 1e-3)
         ax.set_title(column)
-        ax.set_xlabel("tokens" if x_axis == "tokens" else f"training time ({unit})")
+        ax.set_xlabel(X_AXES[x_axis] + unit)
         ax.set_ylabel("validation loss")
         ax.grid(alpha=0.3)
         ax.legend()
@@ -309,18 +353,58 @@ def plot_val_loss(runs: list[Run], x_axis: str, path: str) -> None:
     plt.close(fig)
 
 
+DIAGNOSTICS = {"update_rms": "update RMS", "mars/grad_change": "||g - g_prev|| / ||g||",
+               "mars/grad_cos": "cos(g, g_prev)", "mars/clipped_fraction": "fraction of tensors with c clipped"}
+
+
+def plot_diagnostics(runs: list[Run], path: str) -> bool:
+    """The optimizer diagnostics of the logs against tokens, per row (mean over seeds); False if none."""
+    present = [key for key in DIAGNOSTICS if any(key in row for run in runs for row in run.train_rows)]
+    if not present:
+        return False
+    whole_runs = list({r.path: r for r in runs}.values())
+    fig, axes = plt.subplots(1, len(present), figsize=(5 * len(present), 4), squeeze=False)
+    rows = row_order(whole_runs)
+    for ax, key in zip(axes.flat, present):
+        for i, row in enumerate(rows):
+            points: dict[int, list[float]] = {}
+            for run in (r for r in whole_runs if r.row == row):
+                for train_row in run.train_rows:
+                    if key in train_row:
+                        points.setdefault(train_row["tokens"], []).append(train_row[key])
+            if points:
+                tokens = sorted(points)
+                ax.plot(tokens, [statistics.mean(points[t]) for t in tokens], color=f"C{i}", label=row)
+        ax.set_title(DIAGNOSTICS[key])
+        ax.set_xlabel("tokens")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description="Tables and plots from training runs' logs.")
     parser.add_argument("paths", nargs="+", help="run folders, or folders to search for runs")
     parser.add_argument("--out", default="report", help="folder for report.md and the plots")
+    parser.add_argument("--x", default="tokens,time,passes",
+                        help="the curves' x-axes: tokens, time (training wall-clock) and/or passes (forward-backward "
+                             "passes: MARS-exact's steps count two)")
     args = parser.parse_args(argv)
     runs = find_runs(args.paths)
     if not runs:
         sys.exit(f"no runs with a validation result (config.json and metrics.jsonl) under {', '.join(args.paths)}")
     os.makedirs(args.out, exist_ok=True)
-    plot_files = ["val_loss_vs_tokens.png", "val_loss_vs_time.png"]
-    for x_axis, name in zip(("tokens", "time"), plot_files):
-        plot_val_loss(runs, x_axis, os.path.join(args.out, name))
+    plot_files = []
+    for x_axis in args.x.split(","):
+        if x_axis not in X_AXES:
+            sys.exit(f"--x {x_axis}: choose among {', '.join(X_AXES)}")
+        plot_files.append(f"val_loss_vs_{x_axis}.png")
+        plot_val_loss(runs, x_axis, os.path.join(args.out, plot_files[-1]))
+    if plot_diagnostics(runs, os.path.join(args.out, "diagnostics.png")):
+        plot_files.append("diagnostics.png")
     text = report_markdown(runs, plot_files)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(text)

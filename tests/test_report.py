@@ -3,6 +3,8 @@ budget, seeds averaged, incomplete runs marked), a sweep's rows per learning rat
 from the logged ms/step with a resumed run's repeated steps, the downstream table, and the plots."""
 
 import json
+import math
+import statistics
 
 import pytest
 
@@ -125,3 +127,41 @@ def test_no_runs_is_an_error(tmp_path):
 @pytest.mark.parametrize("tokens, text", [(5_000_232_960, "5B"), (49_152_000_000, "49.2B"), (61_440, "61.4K"), (512, "512")])
 def test_token_counts_read_like_the_papers(tokens, text):
     assert report.format_tokens(tokens) == text
+
+
+def student_t_two_sided_p(t: float, df: float) -> float:
+    """2 * P(T > |t|) for Student's t with df degrees of freedom, by Simpson's rule on its density."""
+    density = lambda x: math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2)) * (
+        1 + x * x / df) ** (-(df + 1) / 2)
+    n, a = 20_000, abs(t)
+    h = a / n
+    inner = h / 3 * (density(0) + density(a) + sum((4 if i % 2 else 2) * density(i * h) for i in range(1, n)))
+    return 2 * (0.5 - inner)
+
+
+def test_significance_is_welchs_t_test_between_every_pair(tmp_path):
+    losses = {"adamw": [3.20, 3.25, 3.22], "mars": [3.10, 3.12, 3.15]}
+    for seed in range(3):
+        write_run(tmp_path / f"adamw{seed}", [11.0, losses["adamw"][seed]], total_iters=10, optimizer="adamw",
+                  seed=seed)
+        write_run(tmp_path / f"mars{seed}", [11.0, losses["mars"][seed]], total_iters=10, seed=seed, **MARS)
+    table = report.significance_table(report.find_runs([str(tmp_path)]))
+    a, b = losses["adamw"], losses["mars"]
+    va, vb = statistics.variance(a) / 3, statistics.variance(b) / 3
+    t = (statistics.mean(a) - statistics.mean(b)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)  # Welch-Satterthwaite
+    row = table.splitlines()[2].split(" | ")
+    assert row[1:3] == ["AdamW", "MARS-approx"]
+    assert float(row[4]) == pytest.approx(t, abs=0.01)
+    assert float(row[5]) == pytest.approx(student_t_two_sided_p(t, df), rel=1e-2)
+
+
+def test_curves_against_passes_count_mars_exact_twice_and_band_the_seeds(tmp_path):
+    write_run(tmp_path / "exact", [11.0, 4.0, 3.0], total_iters=10, is_approx=False, **MARS)
+    write_run(tmp_path / "approx1", [11.0, 4.2, 3.3], total_iters=10, seed=1, is_approx=True, **MARS)
+    write_run(tmp_path / "approx2", [11.0, 4.4, 3.1], total_iters=10, seed=2, is_approx=True, **MARS)
+    runs = {r.path.rsplit("/", 1)[-1]: r for r in report.find_runs([str(tmp_path)])}
+    assert report.curve(runs["exact"], "passes") == [(0, 11.0), (10, 4.0), (20, 3.0)]
+    assert report.curve(runs["approx1"], "passes") == [(0, 11.0), (5, 4.2), (10, 3.3)]
+    text = report.main([str(tmp_path), "--out", str(tmp_path / "r"), "--x", "passes"])
+    assert "val_loss_vs_passes.png" in text and (tmp_path / "r" / "val_loss_vs_passes.png").exists()
