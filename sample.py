@@ -14,15 +14,23 @@ import torch
 
 from data.tokenizer import EOT_TOKEN, get_encoding
 from checkpoint import load_model
+from eval.scoring import at_least, device_arg
 from model import GPT
+from runtime import InputError, exit_on_input_error
 
 
 def read_prompt(prompt: str) -> str:
     """The prompt itself, or the contents of the file after a FILE: prefix."""
-    if prompt.startswith("FILE:"):
-        with open(prompt[len("FILE:") :], encoding="utf-8") as f:
+    if not prompt.startswith("FILE:"):
+        return prompt
+    path = prompt[len("FILE:") :]
+    try:
+        with open(path, encoding="utf-8") as f:
             return f.read()
-    return prompt
+    except OSError as e:
+        raise InputError(f"cannot read the prompt file {path} ({e.strerror}); check the path after FILE:") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"the prompt file {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def generate_samples(
@@ -43,19 +51,20 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description="Sample text from a checkpoint.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--prompt", default="", help="text, or FILE:path to read it from a file")
-    parser.add_argument("--num_samples", type=int, default=3)
-    parser.add_argument("--max_new_tokens", type=int, default=200)
-    parser.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; < 1 sharper, > 1 more random")
-    parser.add_argument("--top_k", type=int, default=200, help="sample among the k likeliest tokens (0: all)")
+    parser.add_argument("--num_samples", type=at_least(1), default=3)
+    parser.add_argument("--max_new_tokens", type=at_least(0), default=200)
+    parser.add_argument("--temperature", type=at_least(0.0, float), default=0.8,
+                        help="0 is greedy; < 1 sharper, > 1 more random")
+    parser.add_argument("--top_k", type=at_least(0), default=200, help="sample among the k likeliest tokens (0: all)")
     parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
 
-    model = load_model(args.checkpoint, args.device)
-    samples = generate_samples(
-        model, read_prompt(args.prompt), args.num_samples, args.max_new_tokens, args.temperature,
-        args.top_k or None, args.seed, args.device,
-    )
+    with exit_on_input_error():
+        prompt = read_prompt(args.prompt)
+        model = load_model(args.checkpoint, args.device)
+        samples = generate_samples(model, prompt, args.num_samples, args.max_new_tokens, args.temperature,
+                                   args.top_k or None, args.seed, args.device)
     for sample in samples:
         print(sample)
         print("---------------")

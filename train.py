@@ -239,14 +239,14 @@ class LogWindow:
         return row
 
 
-def print_sample(model: GPT, tokens: int, seed: int, device: torch.device, autocast: ContextManager,
-                 log: RunLog) -> None:
-    from data.tokenizer import EOT_TOKEN, get_encoding
+def print_sample(model: GPT, tokenizer: str, tokens: int, seed: int, device: torch.device,
+                 autocast: ContextManager, log: RunLog) -> None:
+    from data.tokenizer import get_encoding
 
-    enc = get_encoding()
+    enc = get_encoding(tokenizer)
     generator = torch.Generator(device=device).manual_seed(seed)
     with autocast:
-        out = model.generate(torch.tensor([[EOT_TOKEN]], device=device), tokens, temperature=0.8, top_k=200,
+        out = model.generate(torch.tensor([[enc.eot_token]], device=device), tokens, temperature=0.8, top_k=200,
                              generator=generator)
     log.print("---- sample ----\n" + enc.decode([t for t in out[0].tolist() if t < enc.n_vocab]))
 
@@ -361,7 +361,7 @@ def train(cfg: TrainConfig) -> None:
                       f"{row['ms_per_step']:.0f} ms/step" + (f" | mfu {100 * row['mfu']:.1f}%" if flops else ""))
 
     if cfg.sample_tokens and not stop.requested and rt.is_main:
-        print_sample(raw_model, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
+        print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
     log.close()
     close_runtime(rt)
 

@@ -3,7 +3,7 @@ Optimizer step benchmark on a GPT-2-shaped set of tensors (124M parameters by de
 
     python -m bench.optimizer_step                      # GPT-2 small, the element-wise optimizers
     python -m bench.optimizer_step --quick              # 2 layers, 3 repeats: a smoke run
-    python -m bench.optimizer_step --optimizers adamw-fused,mars-shampoo,muon   # the NS5 ones (slow on CPU)
+    python -m bench.optimizer_step --optimizers adamw-fused,muon,mars-m,moonlight   # the NS5 ones (slow on CPU)
 
 Prints, per optimizer: the median time of one step (repeats interleaved across the
 optimizers, so that load on the machine hits them alike), its ratio to torch's
@@ -22,8 +22,9 @@ from collections.abc import Callable
 import torch
 from torch.optim import Optimizer
 
+import bench
 from model import GPT, GPTConfig, PRESETS
-from optim import MARS, Muon
+from optim import MARS, MARSM, Moonlight, Muon
 
 
 class OfficialStyleMARS(Optimizer):
@@ -57,7 +58,11 @@ class OfficialStyleMARS(Optimizer):
 
 
 def make_optimizers(params: list[torch.Tensor], device: torch.device) -> dict[str, Callable[[], Optimizer]]:
+    """params: a GPT's, in model order (the tied token embedding, then the position embedding, ...)."""
     fused_ok = device.type in ("cpu", "cuda")
+    # MARS-M and Moonlight as the official scripts split them: embeddings (the first two) on AdamW
+    matrix_split = [dict(params=[p for p in params[2:] if p.ndim == 2], use_muon=True),
+                    dict(params=params[:2] + [p for p in params[2:] if p.ndim != 2], use_muon=False)]
     return {
         "adamw-fused": lambda: torch.optim.AdamW(params, lr=6e-4, weight_decay=0.1, fused=fused_ok),
         "adamw-foreach": lambda: torch.optim.AdamW(params, lr=6e-4, weight_decay=0.1, foreach=True),
@@ -68,6 +73,9 @@ def make_optimizers(params: list[torch.Tensor], device: torch.device) -> dict[st
         "official-style-mars": lambda: OfficialStyleMARS(params, weight_decay=0.1),
         "mars-shampoo": lambda: MARS(params, weight_decay=0.1, mars_type="mars-shampoo"),
         "muon": lambda: Muon(params),
+        "mars-m": lambda: MARSM(matrix_split, wd=0.01),
+        "mars-m-efficient": lambda: MARSM(matrix_split, wd=0.01, efficient=True),
+        "moonlight": lambda: Moonlight(matrix_split, wd=0.1),
     }
 
 
@@ -143,6 +151,7 @@ def main() -> None:
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0, memory.peak_extra()
 
+    bench.print_header()
     print(f"{n_params / 1e6:.1f}M parameters in {len(params)} tensors, {device}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}")
     for name in names:  # warm-up: state allocation, compilation

@@ -19,6 +19,7 @@ import types
 import typing
 from dataclasses import dataclass
 
+from data.tokenizer import TOKENIZERS
 from model import PRESETS, GPTConfig
 from runtime import InputError
 
@@ -33,6 +34,7 @@ class TrainConfig:
     # ---- data: token shards in data_dir (default data/<dataset>/), *_train_*.bin and *_val_*.bin
     dataset: str = "openwebtext"
     data_dir: str = ""
+    tokenizer: str = "gpt2"  # the shards' tokenizer (data/tokenizer.py): gpt2 | bytes; for samples and HellaSwag
 
     # ---- model: the fields of model.GPTConfig (defaults from there); `model` names one of
     # model.PRESETS, and n_layer/n_head/n_embd override it
@@ -169,6 +171,7 @@ def choices() -> dict[str, tuple[str, ...]]:
 
     return {
         "init_from": ("scratch", "resume"),
+        "tokenizer": TOKENIZERS,
         "model": tuple(PRESETS),
         "optimizer": tuple(OPTIMIZERS),
         **VARIANT_CHOICES,
@@ -220,6 +223,8 @@ def _check_values(cfg: TrainConfig) -> None:
         raise ConfigError(f"n_embd={model['n_embd']} is not divisible by n_head={model['n_head']} (model "
                           f"'{cfg.model}' plus overrides): choose n_head dividing n_embd, e.g. "
                           f"{max(h for h in range(1, model['n_head'] + 1) if model['n_embd'] % h == 0)}")
+    if cfg.hellaswag_interval and cfg.tokenizer != "gpt2":
+        raise ConfigError(f"hellaswag_interval needs GPT-2 tokens; this run's tokenizer is {cfg.tokenizer!r}")
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the schedule decays "
                           "from learning_rate down to min_lr; lower min_lr")

@@ -1,6 +1,6 @@
 # MARS-AdamW for the CPU mini reproduction (after config/mini.py): the paper's betas, gamma and weight
-# decays (AdamW with betas 0.9/0.95 on the 1-D parameters: the schema's defaults), the learning rates
-# from scripts/mini_sweep.sh (lr_1d kept at the paper's learning_rate / 2). MARS-exact: --is_approx=False.
+# decays (AdamW with betas 0.9/0.95 on the 1-D parameters: the schema's defaults), the learning rate
+# from scripts/mini_sweep.sh (lr_1d fixed at 3e-3). MARS-exact: --is_approx=False.
 optimizer = "mars"
 mars_type = "mars-adamw"
 is_approx = True
@@ -9,5 +9,5 @@ learning_rate = 1.2e-2
 weight_decay = 1e-2
 beta1 = 0.95
 beta2 = 0.99
-lr_1d = 6e-3
+lr_1d = 3e-3
 weight_decay_1d = 0.1

@@ -1,6 +1,6 @@
 # Moonlight for the CPU mini reproduction (after config/mini.py): the official recipe's momentum
 # (beta1 0.95) and weight decay, the learning rate from the mini sweep.
 optimizer = "moonlight"
-learning_rate = 1e-2
+learning_rate = 6e-3
 weight_decay = 1e-1
 beta1 = 0.95

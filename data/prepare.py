@@ -44,6 +44,7 @@ import argparse
 import collections
 import functools
 import glob
+import gzip
 import hashlib
 import json
 import multiprocessing
@@ -61,7 +62,7 @@ from tqdm import tqdm
 # does not need it.
 
 from data.shards import ShardError, atomic_write, open_shard, write_shard
-from data.tokenizer import EOT_TOKEN, get_encoding
+from data.tokenizer import TOKENIZERS, get_encoding
 
 DEFAULT_SHARD_SIZE = 100_000_000  # tokens; 200 MB per shard
 VOCAB_SIZE = 50257  # GPT-2: every token id is below this
@@ -117,6 +118,7 @@ class Source:
     files: tuple[str, ...]  # local files read instead, in this order
     text_column: str
     val_rule: HeldOutFraction | LeadingDocuments
+    tokenizer: str = "gpt2"  # data/tokenizer.py: gpt2 | bytes
 
     def settings(self) -> dict:
         """What determines the output bytes; a resume must find the same."""
@@ -124,7 +126,7 @@ class Source:
             name=self.name, dataset=self.dataset, subset=self.subset, text_column=self.text_column,
             files=[[path, os.path.getsize(path)] for path in self.files],
             val_rule={"rule": type(self.val_rule).__name__, **asdict(self.val_rule)},
-        )
+        ) | ({"tokenizer": self.tokenizer} if self.tokenizer != "gpt2" else {})
 
 
 def local_files(patterns: list[str]) -> tuple[str, ...]:
@@ -170,6 +172,7 @@ def document_batches(source: Source, skip: int, batch_size: int) -> Iterator[lis
     """The source's documents in stream order, in batches, after the first `skip` documents."""
     import datasets
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its errors come back as the PrepareError below
     if source.files:
         # (An empty file holds no documents; datasets cannot even infer its schema.)
         parts = [(path, functools.partial(load_local_file, path)) for path in source.files if os.path.getsize(path)]
@@ -177,6 +180,7 @@ def document_batches(source: Source, skip: int, batch_size: int) -> Iterator[lis
         where = source.dataset + (f" ({source.subset})" if source.subset else "")
         parts = [(where, functools.partial(load_hub_dataset, source))]
     for where, load in parts:
+        read = 0  # documents of this part so far
         try:
             dataset = load()
             if dataset.column_names is not None and source.text_column not in dataset.column_names:
@@ -186,6 +190,8 @@ def document_batches(source: Source, skip: int, batch_size: int) -> Iterator[lis
                 )
             for batch in dataset.select_columns([source.text_column]).iter(batch_size=batch_size):
                 texts = batch[source.text_column]
+                check_texts(texts, where, source.text_column, read)
+                read += len(texts)
                 if skip >= len(texts):  # already in the shards: resuming
                     skip -= len(texts)
                     continue
@@ -195,7 +201,37 @@ def document_batches(source: Source, skip: int, batch_size: int) -> Iterator[lis
             raise
         except Exception as e:
             hint = "" if source.files else "; offline, or on a cluster without the hub, pass --files with a local copy"
+            line = first_bad_json_line(where) if source.files else None
+            if line:
+                raise PrepareError(f"cannot read {where}: line {line} is not JSON; fix or remove that line") from e
             raise PrepareError(f"cannot read {where}: {type(e).__name__}: {e}{hint}") from e
+
+
+def check_texts(texts: list, where: str, column: str, before: int) -> None:
+    """Every value a text (a null or a number in the column would fail in the tokeniser, unnamed)."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise PrepareError(f"{where}: document {before + i + 1} has {type(text).__name__} "
+                               f"{str(text)[:50]!r} in its '{column}' column, not text; fix it or leave the file out")
+
+
+def first_bad_json_line(path: str) -> int | None:
+    """The number of the first line of a .jsonl[.gz] file that is not a JSON object (None: all are, or
+    the file is of another kind), to name it where datasets' error does not."""
+    if not path.lower().removesuffix(".gz").endswith(".jsonl"):
+        return None
+    try:
+        with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if line.strip():
+                    try:
+                        if not isinstance(json.loads(line), dict):
+                            return number
+                    except ValueError:
+                        return number
+    except (OSError, UnicodeDecodeError, EOFError):
+        return None
+    return None
 
 
 # -----------------------------------------------------------------------------
@@ -204,14 +240,14 @@ def document_batches(source: Source, skip: int, batch_size: int) -> Iterator[lis
 _encoding = None
 
 
-def _load_encoding() -> None:
+def _load_encoding(tokenizer: str) -> None:
     global _encoding
-    _encoding = get_encoding()
+    _encoding = get_encoding(tokenizer)
 
 
-def _init_worker() -> None:
+def _init_worker(tokenizer: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle: it ends the pool
-    _load_encoding()
+    _load_encoding(tokenizer)
 
 
 def encode_documents(texts: list[str]) -> list[np.ndarray]:
@@ -226,16 +262,17 @@ def encode_documents(texts: list[str]) -> list[np.ndarray]:
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
             tokens = _encoding.encode_to_numpy(text, disallowed_special=())
         doc = np.empty(len(tokens) + 1, dtype=np.uint16)
-        doc[0] = EOT_TOKEN
+        doc[0] = _encoding.eot_token
         doc[1:] = tokens
         out.append(doc)
     return out
 
 
-def tokenize_in_order(batches: Iterator[list[str]], workers: int) -> Iterator[list[np.ndarray]]:
+def tokenize_in_order(batches: Iterator[list[str]], workers: int, tokenizer: str = "gpt2"
+                      ) -> Iterator[list[np.ndarray]]:
     """encode_documents over the batches, with `workers` processes, results in input order."""
     if workers == 1:
-        _load_encoding()
+        _load_encoding(tokenizer)
         yield from map(encode_documents, batches)
         return
     # forkserver: workers fork from a clean server process, not from this one with datasets' threads
@@ -244,7 +281,7 @@ def tokenize_in_order(batches: Iterator[list[str]], workers: int) -> Iterator[li
     if os.name == "posix":
         context.set_forkserver_preload(["data.prepare"])
     # A bounded window of tasks in flight: Pool.imap would read the whole stream ahead into memory.
-    with context.Pool(workers, initializer=_init_worker) as pool:
+    with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer,)) as pool:
         in_flight = collections.deque()
         for batch in batches:
             in_flight.append(pool.apply_async(encode_documents, (batch,)))
@@ -311,8 +348,15 @@ def read_manifest(out_dir: str) -> dict | None:
     path = os.path.join(out_dir, MANIFEST)
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
+        raise PrepareError(f"{path} is unreadable or corrupt ({e}); delete {out_dir} and prepare it again") from e
+    if not isinstance(manifest, dict) or not {"settings", "complete", "splits"} <= manifest.keys():
+        raise PrepareError(f"{path} is not a data/prepare.py manifest; give the folder prepare wrote, "
+                           "or delete this one and prepare it again")
+    return manifest
 
 
 def write_manifest(out_dir: str, manifest: dict) -> None:
@@ -377,27 +421,30 @@ def prepare(source: Source, out_dir: str, shard_size: int = DEFAULT_SHARD_SIZE,
     writers = {split: SplitWriter(out_dir, source.name, split, shard_size, manifest and manifest["splits"][split])
                for split in SPLITS}
     if manifest is None:  # a manifest from the start, so that any shard on disk is ours to resume
-        os.makedirs(out_dir, exist_ok=True)
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as e:
+            raise PrepareError(f"cannot create the output folder {out_dir} ({e.strerror}); give another --out") from e
         for path in glob.glob(os.path.join(out_dir, "*.bin")):  # ours (resume_point checked): never recorded
             os.remove(path)
         write_checkpoint(out_dir, settings, documents_read, writers)
     else:
         print(f"resuming {out_dir} after {documents_read:,} documents")
 
-    bar = tqdm(initial=documents_read, unit=" docs", unit_scale=True, desc=source.name)
     tokens_this_run, start = 0, time.time()
     batches = document_batches(source, skip=documents_read, batch_size=batch_size)
-    for docs in tokenize_in_order(batches, workers):
-        shards_before = sum(len(w.shards) for w in writers.values())
-        for doc in docs:
-            writers[source.val_rule.split_of(doc, writers)].add(doc)
-        documents_read += len(docs)
-        if sum(len(w.shards) for w in writers.values()) > shards_before:
-            write_checkpoint(out_dir, settings, documents_read, writers)
-        tokens_this_run += sum(len(d) for d in docs)
-        bar.update(len(docs))
-        bar.set_postfix(tokens=f"{tokens_this_run:,}", tok_per_s=f"{tokens_this_run / (time.time() - start):,.0f}")
-    bar.close()
+    # (closed before an error propagates, so that the error's message starts a line of its own)
+    with tqdm(initial=documents_read, unit=" docs", unit_scale=True, desc=source.name) as bar:
+        for docs in tokenize_in_order(batches, workers, source.tokenizer):
+            shards_before = sum(len(w.shards) for w in writers.values())
+            for doc in docs:
+                writers[source.val_rule.split_of(doc, writers)].add(doc)
+            documents_read += len(docs)
+            if sum(len(w.shards) for w in writers.values()) > shards_before:
+                write_checkpoint(out_dir, settings, documents_read, writers)
+            tokens_this_run += sum(len(d) for d in docs)
+            bar.update(len(docs))
+            bar.set_postfix(tokens=f"{tokens_this_run:,}", tok_per_s=f"{tokens_this_run / (time.time() - start):,.0f}")
     if documents_read == 0:
         where = ", ".join(source.files) if source.files else source.dataset
         raise PrepareError(f"no documents in {where}: the corpus is empty; check the files or the dataset name")
@@ -450,6 +497,16 @@ def verify(out_dir: str) -> list[str]:
 
 # -----------------------------------------------------------------------------
 
+def check_settings(args: argparse.Namespace) -> None:
+    """Numbers the command line allows but preparing cannot use (a shard size of 0 would never end)."""
+    if args.shard_size < 1:
+        raise PrepareError(f"--shard-size {args.shard_size}: give a positive number of tokens per shard")
+    if args.workers is not None and args.workers < 1:
+        raise PrepareError(f"--workers {args.workers}: give at least 1 (or leave it out: one per core)")
+    if not 0 <= getattr(args, "val_fraction", 0) <= 1:
+        raise PrepareError(f"--val-fraction {args.val_fraction:g}: give a fraction of the documents, 0 to 1")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -458,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, help="tokens per shard")
     common.add_argument("--workers", type=int, help="tokenising processes (default: one per available core)")
     common.add_argument("--text-column", default="text")
+    common.add_argument("--tokenizer", default="gpt2", choices=TOKENIZERS,
+                        help="gpt2 (the GPT-2 BPE) or bytes (UTF-8 bytes, vocabulary 256 + <|endoftext|> = 256)")
     hub_files = "read a local copy of the dataset (.parquet, .jsonl, ...) instead of streaming it from the hub"
     owt = commands.add_parser("openwebtext", parents=[common], help="Skylion007/openwebtext")
     owt.add_argument("--files", nargs="+", default=[], help=hub_files)
@@ -474,23 +533,27 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("folder")
     args = parser.parse_args(argv)
 
-    if args.command == "verify":
-        problems = verify(args.folder)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        print(f"{args.folder}: {len(problems)} problem(s)" if problems else f"{args.folder}: all shards OK")
-        return 1 if problems else 0
     try:
+        if args.command == "verify":
+            if not os.path.isdir(args.folder):
+                raise PrepareError(f"{args.folder} is not a folder; give the one data/prepare.py wrote (data/<name>)")
+            problems = verify(args.folder)
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            print(f"{args.folder}: {len(problems)} problem(s)" if problems else f"{args.folder}: all shards OK")
+            return 1 if problems else 0
+        check_settings(args)
         files = local_files(args.files)
+        suffix = "" if args.tokenizer == "gpt2" else f"_{args.tokenizer}"  # data/<name>_bytes/ for raw bytes
         if args.command == "openwebtext":
-            source = Source("openwebtext", "Skylion007/openwebtext", None, files, args.text_column,
-                            HeldOutFraction(args.val_fraction, seed=2357))
+            source = Source("openwebtext" + suffix, "Skylion007/openwebtext", None, files, args.text_column,
+                            HeldOutFraction(args.val_fraction, seed=2357), args.tokenizer)
         elif args.command == "fineweb-edu":
-            source = Source(FINEWEB_FOLDERS[args.subset], "HuggingFaceFW/fineweb-edu", args.subset, files,
-                            args.text_column, LeadingDocuments(tokens=args.shard_size))
+            source = Source(FINEWEB_FOLDERS[args.subset] + suffix, "HuggingFaceFW/fineweb-edu", args.subset, files,
+                            args.text_column, LeadingDocuments(tokens=args.shard_size), args.tokenizer)
         else:
-            source = Source(args.name, None, None, files, args.text_column,
-                            HeldOutFraction(args.val_fraction, seed=2357))
+            source = Source(args.name + suffix, None, None, files, args.text_column,
+                            HeldOutFraction(args.val_fraction, seed=2357), args.tokenizer)
         out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), source.name)
         prepare(source, out, shard_size=args.shard_size, workers=args.workers)
     except (PrepareError, ShardError) as e:

@@ -1,7 +1,10 @@
 """
-The GPT-2 BPE through tiktoken, resolved offline where it has to be.
+The tokenizers: the GPT-2 BPE through tiktoken (resolved offline where it has to be), and raw
+UTF-8 bytes (vocabulary 256 + a delimiter), for small models whose compute should go into the
+transformer rather than a 50K-row embedding (the CPU mini reproduction).
 
-Everything in the project that tokenises calls get_encoding(). tiktoken's
+Everything in the project that tokenises calls get_encoding(name) ("gpt2", the default, or
+"bytes"). tiktoken's
 'r50k_base' is GPT-2's BPE (same ranks, same split pattern, <|endoftext|> =
 50256) stored in ONE file, so it is the encoding we load. Where it comes from,
 in order:
@@ -19,6 +22,7 @@ import sys
 import tarfile
 import tempfile
 
+import numpy as np
 import tiktoken
 
 from data.shards import atomic_write
@@ -64,8 +68,34 @@ def _fetch_from_whisper_sdist() -> None:
         f.write(data)
 
 
-def get_encoding() -> tiktoken.Encoding:
-    """The GPT-2 BPE, from tiktoken's cache/download or else the openai-whisper sdist."""
+class ByteEncoding:
+    """UTF-8 bytes as token ids 0-255, <|endoftext|> as 256: the part of tiktoken's Encoding interface
+    the project uses (encode_to_numpy with no special tokens, encode, decode, eot_token, n_vocab)."""
+
+    name = "bytes"
+    eot_token = 256
+    n_vocab = 257
+
+    def encode_to_numpy(self, text: str, disallowed_special=()) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
+
+    def encode(self, text: str, allowed_special=()) -> list[int]:
+        return self.encode_to_numpy(text).tolist()
+
+    def decode(self, tokens: list[int]) -> str:
+        return bytes(t for t in tokens if t < 256).decode("utf-8", errors="replace")
+
+
+TOKENIZERS = ("gpt2", "bytes")
+
+
+def get_encoding(name: str = "gpt2") -> "tiktoken.Encoding | ByteEncoding":
+    """The tokenizer `name`: "bytes", or "gpt2", the GPT-2 BPE from tiktoken's cache/download or
+    else the openai-whisper sdist."""
+    if name == "bytes":
+        return ByteEncoding()
+    if name != "gpt2":
+        raise ValueError(f"unknown tokenizer {name!r}; choose one of {', '.join(TOKENIZERS)}")
     try:
         return tiktoken.get_encoding("r50k_base")
     except Exception as download_error:

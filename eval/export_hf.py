@@ -35,6 +35,7 @@ from safetensors.torch import save_file
 from data.tokenizer import EOT_TOKEN, get_encoding
 from checkpoint import load_model
 from model import GPT, GPTConfig
+from runtime import InputError, exit_on_input_error
 
 # Linear weights that GPT-2 keeps in Conv1D layout (in_features, out_features).
 CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -43,6 +44,9 @@ EXPRESSIBLE_FIELDS = {
     "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "scale_attn_by_inverse_layer_idx",
 }
 EOT_STRING = "<|endoftext|>"
+# What an export writes: an --out folder holding anything else is not overwritten.
+EXPORT_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json")
 
 
 def check_expressible(config: GPTConfig) -> None:
@@ -162,15 +166,40 @@ def write_tokenizer(out_dir: str, model_max_length: int) -> None:
         json.dump(specials, f, indent=2)
 
 
+def check_out_dir(out_dir: str) -> None:
+    """Refuse an --out that is a file, or a folder holding anything but an earlier export (a run's folder
+    with train.py's config.json, say), whose files the export would overwrite."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise InputError(f"--out {out_dir} is a file; give a folder to write the export into")
+    if not os.path.isdir(out_dir):
+        return
+    foreign = sorted(set(os.listdir(out_dir)) - set(EXPORT_FILES))
+    config = os.path.join(out_dir, "config.json")
+    if not foreign and os.path.exists(config):
+        try:
+            with open(config) as f:
+                if json.load(f).get("architectures") != ["GPT2LMHeadModel"]:
+                    foreign = ["config.json"]
+        except (ValueError, AttributeError):  # not JSON, or not an object
+            foreign = ["config.json"]
+    if foreign:
+        raise InputError(f"--out {out_dir} holds files that are not an earlier export ({', '.join(foreign[:5])}); "
+                         "give a new or empty folder so that nothing in it is overwritten")
+
+
 def export(checkpoint: str, out_dir: str) -> None:
     """Write the Hugging Face folder for checkpoint into out_dir."""
+    check_out_dir(out_dir)
     model = load_model(checkpoint, "cpu")
     config = hf_config(model.config)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    save_file(hf_state_dict(model), os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    write_tokenizer(out_dir, model.config.block_size)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+        save_file(hf_state_dict(model), os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+        write_tokenizer(out_dir, model.config.block_size)
+    except OSError as e:
+        raise InputError(f"cannot write the export to {out_dir} ({e.strerror or e}); give a writable --out") from e
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,7 +207,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
-    export(args.checkpoint, args.out)
+    with exit_on_input_error():
+        export(args.checkpoint, args.out)
     print(f"wrote GPT2LMHeadModel folder {args.out}")
 
 

@@ -12,6 +12,7 @@ or pass an instance: GPTLM(model=gpt).
 """
 
 import argparse
+import difflib
 import json
 import os
 
@@ -24,12 +25,13 @@ from lm_eval.api.registry import register_model
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import get_rolling_token_windows, handle_non_serializable, make_disjoint_window, make_table
 
+from data.shards import atomic_write
 from data.tokenizer import EOT_TOKEN, get_encoding
 from eval.paper import PAPER_COLUMNS, paper_scores
 from checkpoint import load_model
-from eval.scoring import TokenPair, encode, right_padded, score_continuations
+from eval.scoring import TokenPair, at_least, device_arg, encode, right_padded, score_continuations
 from model import GPT
-from runtime import autocast_context
+from runtime import InputError, autocast_context, exit_on_input_error
 
 DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's default when a task does not say
 
@@ -187,34 +189,73 @@ def paper_table(results: dict) -> str:
     return "\n".join([row(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", row(cells)])
 
 
+def task_list(tasks: str, task_manager: TaskManager) -> list[str]:
+    """--tasks as a list, every entry a task, group or tag lm-eval knows (a glob matching some, or
+    a task YAML file); an unknown one is named with the close matches."""
+    names = [t.strip() for t in tasks.split(",") if t.strip()]
+    if not names:
+        raise InputError(f"--tasks '{tasks}' names no task; give comma-separated lm-eval task names (e.g. hellaswag)")
+    for name in names:
+        if not task_manager.match_tasks([name]) and not os.path.isfile(name):
+            close = difflib.get_close_matches(name, task_manager.all_tasks, n=5)
+            suggestion = f"close matches: {', '.join(close)}" if close else "see `lm_eval ls tasks` for the names"
+            raise InputError(f"--tasks: lm-eval knows no task, group or tag '{name}' ({suggestion}); "
+                             "a local task needs --include_path FOLDER")
+    return names
+
+
+def check_output(output: str) -> None:
+    """Fail before the evaluation, not after it, where the results could not be written."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if os.path.isdir(output):
+        raise InputError(f"--output {output} is a folder; give the results JSON file's path")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise InputError(f"cannot write {output}: {folder} is not a writable folder; give another --output")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description="lm-evaluation-harness tasks on a checkpoint.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--tasks", required=True, help="comma-separated lm-eval task (or group) names")
-    parser.add_argument("--batch_size", type=int, default=32, help="sequences per forward")
+    parser.add_argument("--batch_size", type=at_least(1), default=32, help="sequences per forward")
     parser.add_argument("--include_path", default=None, help="folder of extra task YAMLs")
     parser.add_argument("--limit", type=float, default=None, help="examples per task (a fraction if < 1)")
-    parser.add_argument("--num_fewshot", type=int, default=None, help="default: each task's own (0 for the paper's)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--num_fewshot", type=at_least(0), default=None,
+                        help="default: each task's own (0 for the paper's)")
+    parser.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--output", default=None, help="results JSON (default: next to the checkpoint)")
     args = parser.parse_args(argv)
 
-    limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
-    results = simple_evaluate(
-        model="mars_gpt",
-        model_args={"checkpoint": args.checkpoint, "dtype": args.dtype},
-        tasks=args.tasks.split(","),
-        num_fewshot=args.num_fewshot,
-        batch_size=args.batch_size,
-        device=args.device,
-        limit=limit,
-        log_samples=False,
-        task_manager=TaskManager(include_path=args.include_path),
-    )
-    output = args.output or results_path(args.checkpoint)
-    with open(output, "w") as f:
-        json.dump({"checkpoint": args.checkpoint, **results}, f, indent=2, default=handle_non_serializable)
+    with exit_on_input_error():
+        if args.limit is not None and not args.limit > 0:
+            raise InputError(f"--limit {args.limit:g}: give a positive number of examples (or a fraction < 1)")
+        if args.include_path is not None and not os.path.isdir(args.include_path):
+            raise InputError(f"--include_path {args.include_path} is not a folder; give the folder of task YAMLs")
+        output = args.output or results_path(args.checkpoint)
+        if args.output or os.path.exists(args.checkpoint):  # (a missing checkpoint is named when it is loaded)
+            check_output(output)
+        task_manager = TaskManager(include_path=args.include_path)
+        tasks = task_list(args.tasks, task_manager)  # before the model is loaded
+        limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
+        try:
+            results = simple_evaluate(
+                model="mars_gpt",
+                model_args={"checkpoint": args.checkpoint, "dtype": args.dtype},
+                tasks=tasks,
+                num_fewshot=args.num_fewshot,
+                batch_size=args.batch_size,
+                device=args.device,
+                limit=limit,
+                log_samples=False,
+                task_manager=task_manager,
+            )
+        except ConnectionError as e:  # a task's dataset is downloaded from the hub
+            raise InputError(f"cannot download a task's dataset ({e}); run where the Hugging Face hub is "
+                             "reachable once (the datasets are cached), or give local task YAMLs "
+                             "with --include_path") from e
+        with atomic_write(output, "w") as f:  # a failed write leaves an earlier results file whole
+            json.dump({"checkpoint": args.checkpoint, **results}, f, indent=2, default=handle_non_serializable)
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))

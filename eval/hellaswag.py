@@ -16,6 +16,7 @@ depend on lm-eval; tests/test_eval.py checks both against the harness itself.
 
 import argparse
 import json
+import os
 import re
 from typing import ContextManager
 
@@ -23,11 +24,12 @@ import torch
 import torch.distributed as dist
 
 from checkpoint import load_model
-from eval.scoring import score_continuations, split_context_continuation
+from eval.scoring import at_least, device_arg, score_continuations, split_context_continuation
 from model import GPT
-from runtime import autocast_context
+from runtime import InputError, autocast_context, exit_on_input_error
 
 HUB_DATASET = "Rowan/hellaswag"  # the dataset lm-eval's hellaswag task loads
+EXAMPLE_FIELDS = ("activity_label", "ctx_a", "ctx_b", "endings", "label")  # what query_choices_gold reads
 
 
 def preprocess(text: str) -> str:
@@ -51,13 +53,63 @@ def query_choices_gold(example: dict) -> tuple[str, list[str], int]:
 def load_hellaswag(path: str | None = None) -> list[dict]:
     """HellaSwag validation examples in the original jsonl schema (ind,
     activity_label, ctx_a, ctx_b, ctx, endings, label, split, source_id): from
-    a local jsonl file, or with path None from the Hugging Face hub (online)."""
+    a local jsonl file, each line checked, or with path None from the Hugging Face hub (online)."""
     if path is not None:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return read_hellaswag_jsonl(path)
     import datasets  # only needed for the download
 
-    return [dict(example) for example in datasets.load_dataset(HUB_DATASET, split="validation")]
+    try:
+        return [dict(example) for example in datasets.load_dataset(HUB_DATASET, split="validation")]
+    except OSError as e:  # no network, or the hub refused (ConnectionError is an OSError)
+        raise InputError(f"cannot download {HUB_DATASET} ({type(e).__name__}: {e}); offline, pass --data "
+                         "with a local copy of HellaSwag's validation jsonl") from e
+
+
+def read_hellaswag_jsonl(path: str) -> list[dict]:
+    """The examples of a local HellaSwag jsonl; a line that is not one names the file and the line."""
+    hint = "give HellaSwag's validation jsonl (one example per line)"
+    if not os.path.isfile(path):
+        what = "is a folder" if os.path.isdir(path) else "does not exist"
+        raise InputError(f"HellaSwag file {path} {what}; {hint}")
+    examples = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if line.strip():
+                    examples.append(check_example(line, f"{path}, line {number}"))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); {hint}") from None
+    if not examples:
+        raise InputError(f"{path} holds no examples; {hint}")
+    return examples
+
+
+def check_example(line: str, where: str) -> dict:
+    """One jsonl line as a HellaSwag example, or an InputError saying what is wrong with it."""
+    try:
+        example = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{where}: not JSON ({e.msg} at column {e.colno}); "
+                         "each line must be one HellaSwag example as a JSON object") from None
+    if not isinstance(example, dict):
+        raise InputError(f"{where}: a JSON {type(example).__name__}, not an object; each line must be one example")
+    missing = [k for k in EXAMPLE_FIELDS if k not in example]
+    if missing:
+        raise InputError(f"{where}: lacks {', '.join(missing)}; every example needs {', '.join(EXAMPLE_FIELDS)}")
+    wrong = [k for k in ("activity_label", "ctx_a", "ctx_b") if not isinstance(example[k], str)]
+    endings = example["endings"]
+    if not isinstance(endings, list) or not endings or not all(isinstance(e, str) for e in endings):
+        wrong.append("endings")
+    if wrong:
+        raise InputError(f"{where}: {', '.join(wrong)} must be text (endings: a non-empty list of texts)")
+    try:
+        label = int(example["label"])
+    except (TypeError, ValueError):
+        label = -1
+    if not 0 <= label < len(endings) or isinstance(example["label"], (bool, float)):
+        raise InputError(f"{where}: label {example['label']!r} is not the index of one of its "
+                         f"{len(endings)} endings (0 to {len(endings) - 1})")
+    return example
 
 
 def score_examples(
@@ -112,15 +164,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description="Zero-shot HellaSwag accuracy of a checkpoint.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--data", default=None, help="local HellaSwag jsonl (default: download from the hub)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--batch_size", type=int, default=64, help="sequences (context + one ending) per forward")
+    parser.add_argument("--batch_size", type=at_least(1), default=64,
+                        help="sequences (context + one ending) per forward")
     args = parser.parse_args(argv)
-    model = load_model(args.checkpoint, args.device)
-    examples = load_hellaswag(args.data)
-    result = evaluate_hellaswag(
-        model, examples, args.device, autocast_context(args.device, args.dtype), args.batch_size
-    )
+    with exit_on_input_error():
+        examples = load_hellaswag(args.data)  # before the model: a bad file fails fast
+        model = load_model(args.checkpoint, args.device)
+        result = evaluate_hellaswag(
+            model, examples, args.device, autocast_context(args.device, args.dtype), args.batch_size
+        )
     print(f"hellaswag: acc {result['acc']:.4f}  acc_norm {result['acc_norm']:.4f}  ({result['count']} examples)")
     return result
 

@@ -31,8 +31,19 @@ tokens_to_int() {
         *B) scale=1000000000 ;;
     esac
     value="${value%[KMB]}"
-    [[ "$value" =~ ^[0-9]+$ ]] || { echo "TOKENS must be a whole number with an optional K/M/B suffix, got '$1'" >&2; return 1; }
+    [[ "$value" =~ ^[1-9][0-9]*$ ]] || {
+        echo "error: TOKENS must be a positive whole number with an optional K/M/B suffix (e.g. 5B), got '$1'" >&2
+        return 2
+    }
     echo $((value * scale))
+}
+
+# Fail, naming the setting, unless VALUE is a whole number of at least 1 (bash arithmetic would read 'x' as a
+# variable and '08' as octal)
+positive_int() {  # NAME VALUE
+    [[ "$2" =~ ^[1-9][0-9]*$ ]] && return
+    echo "error: $1 must be a whole number of at least 1, got '$2'" >&2
+    return 2
 }
 
 # Where runs go: OUT_ROOT, else out (out/dry_run for dry runs)
@@ -48,22 +59,23 @@ launch() {
     local dry_run="${DRY_RUN:-0}"
     local ngpu="${NGPU:-$([[ "$dry_run" == 1 ]] && echo 1 || echo 8)}"
     local nnodes="${NNODES:-1}"
-    local overrides=()
+    [[ "$dry_run" == [01] ]] || { echo "error: DRY_RUN must be 0 or 1, got '$dry_run'" >&2; return 2; }
+    positive_int NGPU "$ngpu" || return
+    positive_int NNODES "$nnodes" || return
+    [[ -z "${MICRO_BATCH:-}" ]] || positive_int MICRO_BATCH "$MICRO_BATCH" || return
+    local overrides=() max_tokens
     if [[ -n "${TOKENS:-}" ]]; then
         run_name="${run_name}_${TOKENS}"
-        overrides+=("--max_tokens=$(tokens_to_int "$TOKENS")")
+        max_tokens="$(tokens_to_int "$TOKENS")" || return
+        overrides+=("--max_tokens=$max_tokens")
     fi
     local out_dir="$(out_root)/$run_name"
     overrides+=("--out_dir=$out_dir" "--wandb_run_name=$run_name")
     [[ -n "${MICRO_BATCH:-}" ]] && overrides+=("--micro_batch_size=$MICRO_BATCH")
     [[ -n "${DATA_DIR:-}" ]] && overrides+=("--data_dir=$DATA_DIR")
     if [[ "$dry_run" == 1 ]]; then
-        # A tiny model for 2 steps of 2 micro-steps, with the batch made to divide for any world size.
-        local world_size=$((ngpu * nnodes))
-        overrides+=(--device=cpu --compile=False --n_layer=2 --n_head=2 --n_embd=32 --block_size=32
-                    --micro_batch_size=4 "--total_batch_size=$((4 * 32 * 2 * world_size))" --max_tokens=0
-                    --max_iters=2 --warmup_iters=1 --eval_interval=2 --eval_sequences=8 --log_interval=1)
-        [[ -z "${DATA_DIR:-}" ]] && overrides+=("--data_dir=$REPO/data/stdlib")
+        read -ra dry <<< "$(dry_run_overrides $((ngpu * nnodes)))"
+        overrides+=("${dry[@]}")
     fi
     if [[ -f "$out_dir/ckpt.pt" ]]; then
         echo "$out_dir/ckpt.pt exists: resuming it"
@@ -81,19 +93,10 @@ launch() {
     (set -x; "${launcher[@]}" train.py "${configs[@]}" "${overrides[@]}" "$@")
 }
 
-# The CPU mini reproduction's recipes (scripts/mini_sweep.sh, scripts/mini_paper.sh), from the optimizer
-# registry (optim/__init__.py): one line per recipe, its name, then what follows config/mini.py.
-mini_recipes() {
-    (cd "$REPO" && python3 -c 'from optim import mini_recipes
-for name, args in mini_recipes().items(): print(name, args)')
-}
-
-# Launch the runs read from stdin, one a line (launch's arguments: run name, config files, overrides),
-# JOBS at a time (default 2) on one CPU thread each; each run's output goes to OUT_ROOT/<run name>.log.
-launch_parallel() {
-    export -f launch out_root tokens_to_int
-    export REPO NGPU=1 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
-    xargs -P "${JOBS:-2}" -L 1 bash -c \
-        'mkdir -p "$(dirname "$(out_root)/$1")"
-         launch "$@" > "$(out_root)/$1.log" 2>&1 || { echo "failed: $1 (see $(out_root)/$1.log)" >&2; exit 255; }' _
+# DRY_RUN=1's train.py overrides: a tiny CPU model for 2 steps of 2 micro-steps, the batch made to
+# divide for WORLD_SIZE processes; data from DATA_DIR, else the quickstart corpus.
+dry_run_overrides() {  # WORLD_SIZE
+    echo --device=cpu --compile=False --n_layer=2 --n_head=2 --n_embd=32 --block_size=32 --vocab_size=50304 \
+        --micro_batch_size=4 "--total_batch_size=$((4 * 32 * 2 * $1))" --max_tokens=0 --max_iters=2 \
+        --warmup_iters=1 --eval_interval=2 --eval_sequences=8 --log_interval=1 "--data_dir=${DATA_DIR:-$REPO/data/stdlib}"
 }

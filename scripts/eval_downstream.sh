@@ -7,6 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run_dir="${1:?usage: bash scripts/eval_downstream.sh RUN_DIR [eval.harness arguments]}"
 shift
+if [[ ! -f "$run_dir/ckpt.pt" ]]; then
+    echo "error: no checkpoint $run_dir/ckpt.pt; give the folder of a run train.py wrote (out/<run>)" >&2
+    exit 2
+fi
+[[ "${DRY_RUN:-0}" == [01] ]] || { echo "error: DRY_RUN must be 0 or 1, got '$DRY_RUN'" >&2; exit 2; }
 tasks="${TASKS:-$(python3 -c 'from eval.paper import PAPER_COLUMNS; print(",".join(task for _, task in PAPER_COLUMNS))')}"
 dry_run_args=()
 [[ "${DRY_RUN:-0}" == 1 ]] && dry_run_args=(--limit 2 --device cpu)

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# The mini reproduction (the project's CPU demonstration): AdamW, Muon, MARS-approx and MARS-exact on
-# the quickstart corpus (python -m data.quickstart) with a tiny GPT (config/mini.py), each at the
-# learning rate scripts/mini_sweep.sh chose (config/mini_*.py), for two seeds (SEEDS), two runs at a time
-# (JOBS) on one thread each: about 15 minutes on 2 free cores. Logs in out/mini_paper/<run>.log; the
-# table and plots in out/mini_paper/report/. Rerunning resumes what is not done. DRY_RUN=1 checks flags.
+# The mini reproduction (the project's CPU demonstration): every recipe of the optimizer registry's mini
+# reproduction (AdamW, Muon, MARS-approx, MARS-exact, MARS-M, Moonlight) on the standard-library corpus as
+# bytes (config/mini.py: 1.05M tokens per run), each at the learning rate scripts/mini_sweep.sh chose
+# (config/mini_*.py), for three seeds (SEEDS), JOBS runs at a time on one thread each: about 20 minutes
+# on 2 free cores. Runs in out/mini_paper/<recipe>/base/seed<N>/; report.py's table (mean ± std,
+# Welch's t-test) and plots in out/mini_paper/report/. Rerunning resumes what is not done.
+# DRY_RUN=1: 2 tiny steps of each.
 source "$(dirname "$0")/common.sh"
-
-paper_runs() {  # one line per run: launch's arguments
-    local name recipe seed
-    mini_recipes | while read -r name recipe; do
-        for seed in ${SEEDS:-1 2}; do
-            echo "mini_paper/${name}_seed${seed} config/mini.py $recipe --seed=$seed"
-        done
-    done
-}
-
-paper_runs | launch_parallel
+cd "$REPO"
+extra=()
+if [[ "${DRY_RUN:-0}" == 1 ]]; then
+    read -ra extra <<< "$(dry_run_overrides 1)"
+else
+    [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
+fi
+python3 -m scripts.sweep "$(out_root)/mini_paper" config/mini.py --recipes mini --seeds "${SEEDS:-1,2,3}" \
+    --jobs "${JOBS:-2}" "${extra[@]}"
 python3 -m scripts.report "$(out_root)/mini_paper" --out "$(out_root)/mini_paper/report"

@@ -39,9 +39,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from eval.paper import PAPER_COLUMNS, paper_scores  # noqa: E402
 from config import TrainConfig  # noqa: E402
 from optim import display_name, gradients_per_step  # noqa: E402
+from runtime import InputError, exit_on_input_error  # noqa: E402
 
 # The paper's row order; other optimizers (MARS-Lion, ...) follow in alphabetical order.
 OPTIMIZER_ORDER = ["AdamW", "Muon", "MARS-exact", "MARS-approx"]
+# What the report reads from each kind of metrics.jsonl row (other kinds are passed over)
+ROW_KEYS = {"train": ("step", "ms_per_step"), "val": ("step", "tokens", "val_loss")}
 
 
 @dataclass
@@ -85,16 +88,31 @@ def format_tokens(n: int) -> str:
     return str(n)
 
 
+def read_json(path: str):
+    """A JSON file's contents; one that is not JSON is named."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise InputError(f"{path} is not valid JSON ({e}); fix the file or leave its run out") from None
+
+
 def read_rows(path: str) -> list[dict]:
     """metrics.jsonl rows; a step logged twice (a preempted run redoing the steps after its last
     checkpoint) keeps its last row. A line cut short by a crash is skipped."""
     rows: dict[tuple[str, int], dict] = {}
     with open(path) as f:
-        for line in f:
+        for number, line in enumerate(f, start=1):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                raise InputError(f"{path}, line {number}: not a train.py metrics row (no step); leave that run out")
+            missing = [k for k in ROW_KEYS.get(row.get("type"), ()) if k not in row]
+            if missing:
+                raise InputError(f"{path}, line {number}: a {row['type']} row without {', '.join(missing)}; "
+                                 "leave that run out")
             rows[(row["type"], row["step"])] = row
     return sorted(rows.values(), key=lambda r: r["step"])
 
@@ -111,10 +129,16 @@ def training_seconds(train_rows: list[dict]) -> list[tuple[int, float]]:
 
 def load_run(folder: str) -> Run | None:
     """The run in folder, or None if it has no evaluation yet."""
-    with open(os.path.join(folder, "config.json")) as f:
-        info = json.load(f)
+    config_file = os.path.join(folder, "config.json")
+    info = read_json(config_file)
+    try:
+        return run_of(folder, info, read_rows(os.path.join(folder, "metrics.jsonl")))
+    except (KeyError, TypeError) as e:  # a file train.py did not write (or an older version of it)
+        raise InputError(f"{config_file} is not a train.py run's config.json (no {e}); leave that run out") from None
+
+
+def run_of(folder: str, info: dict, rows: list[dict]) -> Run | None:
     cfg = TrainConfig().to_dict() | info["config"]  # a run from before a key existed has its default
-    rows = read_rows(os.path.join(folder, "metrics.jsonl"))
     clock = training_seconds([r for r in rows if r["type"] == "train"])
     val = []
     for row in (r for r in rows if r["type"] == "val"):
@@ -126,8 +150,9 @@ def load_run(folder: str) -> Run | None:
     model = f"{info['num_params'] / 1e6:.3g}M GPT" if custom_size else f"GPT-2 {cfg['model']}"
     downstream = None
     for results_file in sorted(glob.glob(os.path.join(folder, "*_lm_eval.json"))):
-        with open(results_file) as f:
-            downstream = json.load(f)
+        downstream = read_json(results_file)
+        if not isinstance(downstream, dict):
+            raise InputError(f"{results_file} is not eval/harness.py's results; evaluate again or delete it")
     optimizer = display_name(cfg)
     protocol = "own schedule over the budget" if cfg["max_tokens"] else ""
     return Run(path=folder, optimizer=optimizer, model=model, num_params=info["num_params"],
@@ -393,14 +418,24 @@ def main(argv: list[str] | None = None) -> str:
                         help="the curves' x-axes: tokens, time (training wall-clock) and/or passes (forward-backward "
                              "passes: MARS-exact's steps count two)")
     args = parser.parse_args(argv)
-    runs = find_runs(args.paths)
-    if not runs:
-        sys.exit(f"no runs with a validation result (config.json and metrics.jsonl) under {', '.join(args.paths)}")
-    os.makedirs(args.out, exist_ok=True)
+    with exit_on_input_error():
+        x_axes = args.x.split(",")
+        for x_axis in x_axes:
+            if x_axis not in X_AXES:
+                raise InputError(f"--x {x_axis}: choose among {', '.join(X_AXES)}")
+        for path in args.paths:
+            if not os.path.isdir(path):
+                raise InputError(f"{path} is not a folder; give run folders (out/<run>) or folders holding them")
+        runs = find_runs(args.paths)
+        if not runs:  # (SystemExit with the message: tests read it)
+            sys.exit(f"error: no runs with a validation result (config.json and metrics.jsonl) under "
+                     f"{', '.join(args.paths)}")
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"cannot create the report folder {args.out} ({e.strerror}); give another --out") from e
     plot_files = []
-    for x_axis in args.x.split(","):
-        if x_axis not in X_AXES:
-            sys.exit(f"--x {x_axis}: choose among {', '.join(X_AXES)}")
+    for x_axis in x_axes:
         plot_files.append(f"val_loss_vs_{x_axis}.png")
         plot_val_loss(runs, x_axis, os.path.join(args.out, plot_files[-1]))
     if plot_diagnostics(runs, os.path.join(args.out, "diagnostics.png")):

@@ -12,7 +12,8 @@ Hyperparameter sweeps with several seeds per point: a grid, or a coordinate sear
 Positional arguments: the sweep's folder, then the config files and --key=value overrides every run
 gets. --recipe NAME=ARGS (repeatable) names what differs between the compared optimizers (ARGS: more
 config files and overrides); --recipes mini takes the mini reproduction's recipes from the optimizer
-registry (optim/__init__.py). Each run goes to <folder>/<recipe>/<key=value,...>/seed<N>/.
+registry (optim/__init__.py). A grid key written RECIPE:key applies to that recipe only (each
+optimizer its own learning rates). Each run goes to <folder>/<recipe>/<key=value,...>/seed<N>/.
 
 A point's score is its runs' best validation loss (mean and standard deviation over seeds). Rerunning
 the same command skips finished runs and resumes unfinished ones (from their checkpoints); a run whose
@@ -134,8 +135,13 @@ def run_points(root: str, points: list[Point], seeds: list[int], base: list[str]
 
 
 def grid_points(recipes: list[str], grid: dict[str, list[str]]) -> list[Point]:
-    combos = list(itertools.product(*grid.values())) if grid else [()]
-    return [Point(r, tuple(zip(grid, combo))) for r in recipes for combo in combos]
+    """Every combination of the grid's values, per recipe; a key written recipe:key is that recipe's only."""
+    points = []
+    for recipe in recipes:
+        axes = {key.partition(":")[2] or key: values for key, values in grid.items()
+                if ":" not in key or key.startswith(recipe + ":")}
+        points += [Point(recipe, tuple(zip(axes, combo))) for combo in itertools.product(*axes.values())]
+    return points
 
 
 def coordinate_search(root: str, recipe: str, axes: dict[str, list[str]], rounds: int, run) -> dict[Point, Score]:
@@ -172,7 +178,7 @@ def write_outputs(root: str, results: dict[Point, Score], seeds: list[int]) -> s
              "validation loss within each recipe; the best of each recipe in bold.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row, (p, _) in zip(rows, sorted(results.items(), key=lambda item: (item[0].recipe, item[1].mean))):
-        cells = [f"**{c}**" if best.get(p.recipe) == p and c else str(c) for c in row]
+        cells = [f"**{c}**" if best.get(p.recipe) == p and c != "" else str(c) for c in row]
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n\n![score against each swept value](sweep.png)\n"
     with open(os.path.join(root, "sweep.md"), "w") as f:
@@ -193,13 +199,15 @@ def plot(root: str, results: dict[Point, Score], keys: list[str]) -> None:
             # each value of `key` at its best setting of the other keys
             by_value: dict[float, Score] = {}
             for p, s in results.items():
+                if p.recipe != recipe or key not in dict(p.values) or not s.losses:
+                    continue
                 value = float(dict(p.values)[key])
-                if p.recipe == recipe and s.losses and (value not in by_value or s.mean < by_value[value].mean):
+                if value not in by_value or s.mean < by_value[value].mean:
                     by_value[value] = s
             xs = sorted(by_value)
             ax.errorbar(xs, [by_value[x].mean for x in xs], yerr=[by_value[x].std for x in xs], marker="o",
                         capsize=3, label=recipe)
-        if all(float(dict(p.values)[key]) > 0 for p in results):
+        if all(float(dict(p.values).get(key, 1)) > 0 for p in results):
             ax.set_xscale("log")
         ax.set_xlabel(key)
         ax.set_ylabel("best validation loss (mean ± std over seeds)")

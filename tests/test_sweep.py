@@ -28,13 +28,20 @@ def test_grid_with_seeds_table_plot_rerun_and_divergence(tiny_dataset, tmp_path,
     assert by_lr["1e-3"]["seeds"] == "2" and by_lr["1e30"]["diverged"] == "2" and by_lr["1e30"]["seeds"] == "0"
     assert float(by_lr["3e-3"]["mean best val loss"]) < float(by_lr["1e-3"]["mean best val loss"])
     assert os.path.exists(os.path.join(folder, "run", "learning_rate=1e30", "seed1", sweep.DIVERGED))
-    assert f"| **run** | **3e-3** | **2** |" in text
+    assert "| **run** | **3e-3** | **2** | **0** |" in text
     assert os.path.getsize(os.path.join(folder, "sweep.png")) > 10_000
     logs = {p: os.path.getmtime(p) for p in
             [os.path.join(folder, "run", f"learning_rate={lr}", f"seed{s}", "train.log")
              for lr in ("1e-3", "3e-3", "1e30") for s in (1, 2)]}
     assert sweep.main(argv) == text  # finished and diverged runs are not run again
     assert all(os.path.getmtime(p) == t for p, t in logs.items())
+
+
+def test_a_recipe_can_have_its_own_grid():
+    points = sweep.grid_points(["a", "b"], {"a:learning_rate": ["1", "2"], "b:learning_rate": ["3"], "seed_x": ["0"]})
+    assert [(p.recipe, p.values) for p in points] == [
+        ("a", (("learning_rate", "1"), ("seed_x", "0"))), ("a", (("learning_rate", "2"), ("seed_x", "0"))),
+        ("b", (("learning_rate", "3"), ("seed_x", "0")))]
 
 
 def test_coordinate_search_moves_the_centre_to_the_best_value(tiny_dataset, tmp_path, monkeypatch):

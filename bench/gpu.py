@@ -1,0 +1,432 @@
+"""
+GPU benchmark of training steps: per model size and optimizer, tokens/s, MFU, peak memory, and
+each step split into forward-backward and optimizer time, with train.py's own step.
+
+    python -m bench.gpu                                   # small, medium: every optimizer; large, xl: memory only
+    python -m bench.gpu --models small --optimizers adamw,mars-exact --steps 20 --memory-only ""
+    python -m bench.gpu --data_dir data/stdlib            # real tokens (python -m data.quickstart), not random ones
+    python -m bench.gpu --cpu-smoke                       # no GPU needed: a tiny model through the same code path
+
+A row's config is the paper config of its model and optimizer (config/gpt2_<model>_<optimizer>.py,
+through config.load_config, so the registry builds the optimizer as train.py does) with bf16,
+compile=True (the model and the optimizers' element-wise rules) and one micro-batch of the config's
+micro_batch_size per step (--micro-batch, --grad-accum change that). Each row runs --warmup steps
+(compilation, optimizer state), then --steps measured steps, each train.optimizer_step as train.py
+calls it: CUDA events around every train.forward_backward and optimizer.step, read after one
+synchronize at the end of the measured steps and none inside them. "other" is the rest of a step
+(clipping, MARS-exact's stash, zero_grad, the learning-rate update). tokens/s counts each step's batch
+once, as train.py logs it (MARS-exact's second forward-backward adds time, not tokens); MFU is
+model.estimate_mfu of it against the device's dense bf16 peak (train.peak_flops: from the GPU's name,
+or --peak-flops). Peak memory is torch.cuda.max_memory_allocated over the measured steps.
+
+After the table: torch's fused AdamW against MARS-AdamW, the optimizer step alone on GPT-2-small
+tensors (bench.optimizer_step's optimizers; target <= 1.5x, memory-traffic floor 1.43x), and
+MARS-exact's whole step against AdamW's (target <= 2.05x).
+
+Without a CUDA device it says so and exits 0; --cpu-smoke then runs a tiny model for 2 steps per
+optimizer on CPU (eager, fp32), which checks the script's logic and measures nothing of interest.
+"""
+
+import argparse
+import dataclasses
+import gc
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
+from unittest import mock
+
+import numpy as np
+import torch
+
+import train
+from bench import print_header
+from bench.optimizer_step import PeakMemory, make_optimizers
+from config import TrainConfig, load_config
+from data.shards import write_shard
+from model import GPT, GPTConfig, PRESETS
+from optim import OPTIMIZERS, build_optimizer, display_name
+from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
+from optim.schedule import set_learning_rates
+from runtime import Runtime, autocast_context, configure_device, init_runtime
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Benchmark name -> (the optimizer's part of a paper config's file name, overrides); every entry of
+# the registry appears (main() says so if one is missing).
+VARIANTS = {
+    "adamw": ("adamw", ()),
+    "mars-approx": ("mars", ("--is_approx=True",)),
+    "mars-exact": ("mars", ("--is_approx=False",)),
+    "muon": ("muon", ()),
+    "mars-m": ("mars_m", ()),
+    "moonlight": ("moonlight", ()),
+}
+RULE_KERNELS = (ADAMW, UNCORRECTED_EPS_ADAMW, MARS_ADAMW, MARS_LION)
+# --cpu-smoke's model: GPT-2 small's config files with a 2-layer, 32-wide model of 32-token windows
+# over a 256-token vocabulary (NS5 of a 50304-wide embedding would take most of its time on CPU).
+SMOKE_MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=256)
+MARS_ADAMW_TARGET, MARS_ADAMW_FLOOR, MARS_EXACT_TARGET = 1.5, 10 / 7, 2.05
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+class Clock:
+    """Marks on the device's timeline: CUDA events, read after one synchronize (on CPU, where every
+    op is synchronous, perf_counter readings)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def ms(self, start, end) -> float:
+        return start.elapsed_time(end) if self.cuda else 1000 * (end - start)
+
+
+@dataclasses.dataclass
+class StepMarks:
+    """Marks of one training step: its ends, and (start, end) of each forward-backward and optimizer step in it."""
+
+    start: object
+    end: object = None
+    forward_backward: list = dataclasses.field(default_factory=list)
+    optimizer: list = dataclasses.field(default_factory=list)
+
+
+@contextmanager
+def marking(optimizer: torch.optim.Optimizer, clock: Clock, steps: list[StepMarks]):
+    """While open, marks around every train.forward_backward and optimizer.step call, into steps[-1]."""
+    original = train.forward_backward
+
+    def forward_backward(*args, **kwargs):
+        start = clock.mark()
+        loss = original(*args, **kwargs)
+        steps[-1].forward_backward.append((start, clock.mark()))
+        return loss
+
+    # Hooks, not a wrapper: scaler.step calls optimizer.step. A subclass's step calling its base's can run
+    # them twice, nested (MARSM.step -> Muon.step once Muon.step is hooked too): the outer call counts.
+    starts = []
+
+    def pre(*_):
+        starts.append(clock.mark())
+
+    def post(*_):
+        start = starts.pop()
+        if not starts:
+            steps[-1].optimizer.append((start, clock.mark()))
+
+    pre, post = optimizer.register_step_pre_hook(pre), optimizer.register_step_post_hook(post)
+    try:
+        with mock.patch.object(train, "forward_backward", forward_backward):
+            yield
+    finally:
+        pre.remove()
+        post.remove()
+
+
+# ----------------------------------------------------------------------------- one row
+
+
+@dataclasses.dataclass
+class Row:
+    model: str
+    optimizer: str
+    micro_batch: int
+    grad_accum: int
+    tokens_per_step: int
+    memory_only: bool
+    note: str = ""
+    step_ms: float | None = None
+    forward_backward_ms: float | None = None
+    optimizer_ms: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    peak_bytes: int | None = None
+    failed: bool = False
+
+
+def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str, device: str) -> tuple[TrainConfig, str]:
+    """The paper config of model and variant, set up for the benchmark; a note when there is none
+    (that model's AdamW config then, with the optimizer switched)."""
+    part, overrides = VARIANTS[variant]
+    preset = "small" if model == "tiny" else model
+    path = os.path.join(REPO, "config", f"gpt2_{preset}_{part}.py")
+    note = ""
+    if not os.path.exists(path):
+        path, overrides = os.path.join(REPO, "config", f"gpt2_{preset}_adamw.py"), (
+            f"--optimizer={part.replace('_', '-')}", *overrides)
+        note = f"no gpt2_{preset}_{part}.py: AdamW's config"
+    system = [f"--data_dir={data_dir}", f"--device={device}", f"--peak_flops={args.peak_flops}"]
+    if args.cpu_smoke:
+        system += ["--dtype=float32", "--compile=False"] + [f"--{k}={v}" for k, v in SMOKE_MODEL.items()]
+    else:
+        system += ["--dtype=bfloat16", "--compile=True"]
+    if args.micro_batch:
+        system.append(f"--micro_batch_size={args.micro_batch}")
+    cfg = load_config([path, *overrides, *system])
+    cfg = dataclasses.replace(cfg, total_batch_size=cfg.micro_batch_size * cfg.block_size * args.grad_accum)
+    return cfg, note
+
+
+def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, rt: Runtime, data: train.Data,
+            warmup: int, steps: int, memory: PeakMemory) -> None:
+    """Train `warmup` then `steps` steps of cfg's optimizer on model, filling in row's measurements."""
+    autocast = autocast_context(rt.device, cfg.dtype)
+    scaler = torch.amp.GradScaler(rt.device.type, enabled=cfg.dtype == "float16")
+    optimizer = build_optimizer(raw_model, cfg, rt.device.type)
+    params, total_iters, clock = list(raw_model.parameters()), cfg.total_iters(), Clock(rt.device)
+
+    def step(i: int) -> torch.Tensor:
+        set_learning_rates(optimizer, i, cfg, total_iters)
+        return train.optimizer_step(model, params, optimizer, scaler, data.train_batches, i, cfg, rt, autocast)[0]
+
+    try:
+        for i in range(warmup):
+            step(i)
+        memory.start()  # synchronizes: the measured steps start on an idle device
+        marks: list[StepMarks] = []
+        with marking(optimizer, clock, marks):
+            for i in range(warmup, warmup + steps):
+                marks.append(StepMarks(clock.mark()))
+                loss = step(i)
+                marks[-1].end = clock.mark()
+        clock.synchronize()
+        row.peak_bytes = memory.base + memory.peak_extra()
+        if not math.isfinite(loss.item()):
+            row.note, row.failed = f"loss {loss.item()}", True
+        failed_rules = [k.rule.__name__ for k in RULE_KERNELS if k.compile_failed]
+        if cfg.compile and failed_rules:
+            row.note = "; ".join(filter(None, [row.note, f"compile failed, eager: {', '.join(failed_rules)}"]))
+        if row.memory_only:
+            return
+        total_ms = clock.ms(marks[0].start, marks[-1].end)
+        row.step_ms = total_ms / steps
+        row.forward_backward_ms = sum(clock.ms(*pair) for m in marks for pair in m.forward_backward) / steps
+        row.optimizer_ms = sum(clock.ms(*pair) for m in marks for pair in m.optimizer) / steps
+        row.tokens_per_s = cfg.total_batch_size * steps / (total_ms / 1000)
+        flops = train.peak_flops(cfg, rt.device)
+        row.mfu = raw_model.estimate_mfu(row.tokens_per_s, flops) if flops else None
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        del optimizer
+        gc.collect()
+        if rt.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def synthetic_shards(folder: str, block_size: int, vocab_size: int) -> str:
+    """A train and a val shard of uniformly random token ids (below GPT-2's 50257) in folder; returns folder."""
+    rng = np.random.default_rng(0)
+    for name, count in (("random_train_000001.bin", 1 << 21), ("random_val_000000.bin", 8 * (block_size + 1))):
+        write_shard(os.path.join(folder, name), rng.integers(0, min(vocab_size, 50257), count).astype(np.uint16))
+    return folder
+
+
+def bench_model(model_name: str, variants: list[str], args: argparse.Namespace, rt: Runtime, data_dir: str,
+                memory_only: bool, memory: PeakMemory) -> list[Row]:
+    """One row per variant on one model, compiled once (as a fresh process would) and reset to its
+    initial weights before each variant."""
+    rows, model, raw_model, initial, data = [], None, None, None, None
+    for variant in variants:
+        cfg, note = row_config(model_name, variant, args, data_dir, str(rt.device))
+        row = Row(model_name, display_name(cfg.to_dict()), cfg.micro_batch_size, args.grad_accum,
+                  cfg.total_batch_size, memory_only, note)
+        try:
+            if raw_model is None:
+                if cfg.compile:
+                    import torch._dynamo as dynamo
+
+                    dynamo.reset()  # each model compiles as in its own run (static shapes, fresh limits)
+                    gc.collect()  # the previous model, which dynamo's caches held, before memory is measured
+                    torch.cuda.empty_cache()
+                data = train.load_data(cfg, rt)
+                torch.manual_seed(cfg.seed)
+                raw_model = GPT(GPTConfig(**cfg.model_args())).to(rt.device)
+                initial = {k: v.detach().to("cpu", copy=True) for k, v in raw_model.state_dict().items()}
+                model = torch.compile(raw_model) if cfg.compile else raw_model
+            assert raw_model.config == GPTConfig(**cfg.model_args()), "variants of one model must share its shape"
+            raw_model.load_state_dict(initial)
+            run_row(row, cfg, model, raw_model, rt, data, 2 if memory_only else args.warmup,
+                    1 if memory_only else args.steps, memory)
+        except torch.OutOfMemoryError:
+            row.note = "; ".join(filter(None, [row.note, "out of memory"]))
+        except Exception as e:  # a failed row is reported, and the others still run
+            traceback.print_exc()
+            row.note, row.failed = f"failed: {type(e).__name__}: {str(e)[:80]}", True
+        for p in raw_model.parameters() if raw_model is not None else ():
+            p.grad = None
+        gc.collect()  # what a failed step left behind
+        if rt.device.type == "cuda":
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"[bench.gpu] {format_row(row)}", file=sys.stderr, flush=True)
+    return rows
+
+
+# ----------------------------------------------------------------------------- the optimizer step alone
+
+
+def optimizer_alone_ms(config: GPTConfig, device: torch.device, repeats: int, compiled: bool) -> dict[str, float]:
+    """Median ms of one step of torch's fused AdamW and of MARS-AdamW (approx, compiled or eager rules)
+    on the parameters of a GPT of this config, steps interleaved, as bench.optimizer_step times them."""
+    with torch.device(device):
+        params = [p.detach().requires_grad_() for p in GPT(config).parameters()]
+    gradient_sets = [[torch.randn_like(p) * 1e-3 for p in params] for _ in range(2)]
+    factories = make_optimizers(params, device)
+    names = ["adamw-fused", "mars-adamw" if compiled else "mars-adamw-eager"]
+    optimizers = {name: factories[name]() for name in names}
+    clock, marks = Clock(device), {name: [] for name in names}
+    for repeat in range(2 + repeats):  # two warm-up steps each: state allocation, compilation
+        for name in names:
+            for p, g in zip(params, gradient_sets[repeat % 2]):
+                p.grad = g
+            start = clock.mark()
+            optimizers[name].step()
+            if repeat >= 2:
+                marks[name].append((start, clock.mark()))
+    clock.synchronize()
+    return {name: statistics.median(clock.ms(*pair) for pair in marks[name]) for name in names}
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def cell(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def format_row(row: Row) -> str:
+    gib = None if row.peak_bytes is None else row.peak_bytes / 2**30
+    other = None if row.step_ms is None else row.step_ms - row.forward_backward_ms - row.optimizer_ms
+    return " | ".join([
+        row.model, row.optimizer, f"{row.micro_batch} x {row.grad_accum}", cell(row.tokens_per_s, ",.0f"),
+        cell(None if row.mfu is None else 100 * row.mfu, ".1f"), cell(gib, ".2f"), cell(row.step_ms, ".1f"),
+        cell(row.forward_backward_ms, ".1f"), cell(row.optimizer_ms, ".1f"), cell(other, ".1f"),
+        row.note or ("memory only" if row.memory_only else ""),
+    ])
+
+
+TABLE_HEADER = ("| model | optimizer | micro-batch x accum | tokens/s | MFU % | peak GiB | step ms | fwd-bwd ms "
+                "| optimizer ms | other ms | note |")
+
+
+def print_table(rows: list[Row]) -> None:
+    print(TABLE_HEADER)
+    print("|" + " --- |" * TABLE_HEADER.count(" |"))
+    for row in rows:
+        print(f"| {format_row(row)} |")
+
+
+def whole_step_ratios(rows: list[Row]) -> list[str]:
+    """MARS-exact's whole step against AdamW's, per model with both measured."""
+    lines = []
+    for model in dict.fromkeys(r.model for r in rows if not r.memory_only):
+        step = {r.optimizer: r.step_ms for r in rows if r.model == model and not r.memory_only}
+        if step.get("MARS-exact") and step.get("AdamW"):
+            ratio = step["MARS-exact"] / step["AdamW"]
+            lines.append(f"MARS-exact whole step (two forward-backwards + step) / AdamW whole step, {model}: "
+                         f"{ratio:.2f}x (target <= {MARS_EXACT_TARGET}x: {'met' if ratio <= MARS_EXACT_TARGET else 'missed'})")
+    return lines
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="small,medium", help="timed rows, from: " + ", ".join(PRESETS))
+    parser.add_argument("--optimizers", default=",".join(VARIANTS), help="from: " + ", ".join(VARIANTS))
+    parser.add_argument("--memory-only", default="large,xl", help="models with peak-memory rows only ('' for none)")
+    parser.add_argument("--steps", type=int, default=10, help="measured steps per row")
+    parser.add_argument("--warmup", type=int, default=3, help="steps before measuring (compilation, state)")
+    parser.add_argument("--micro-batch", type=int, default=0, help="sequences per micro-step (0: the config's)")
+    parser.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step")
+    parser.add_argument("--peak-flops", type=float, default=0.0, help="the device's dense bf16 FLOP/s for MFU "
+                        "(0: train.peak_flops' guess from the GPU's name; no MFU if it knows none)")
+    parser.add_argument("--alone-repeats", type=int, default=20, help="repeats of the optimizer-alone comparison (0: skip)")
+    parser.add_argument("--data_dir", default="", help="token shards to read (default: random tokens)")
+    parser.add_argument("--cpu-smoke", action="store_true", help="a tiny model on CPU, 2 steps: checks the script")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.grad_accum < 1:
+        parser.error("--steps and --grad-accum must be at least 1, --warmup at least 0")
+    if args.cpu_smoke:
+        args.models, args.memory_only, args.steps, args.warmup = "tiny", "tiny", 2, 1
+        args.alone_repeats, args.micro_batch = min(args.alone_repeats, 2), args.micro_batch or 4
+    for name in filter(None, args.optimizers.split(",")):
+        if name not in VARIANTS:
+            parser.error(f"unknown optimizer {name!r}; choose from {', '.join(VARIANTS)}")
+    for name in filter(None, (args.models + "," + args.memory_only).split(",")):
+        if name not in PRESETS and not (args.cpu_smoke and name == "tiny"):
+            parser.error(f"unknown model {name!r}; choose from {', '.join(PRESETS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print_header()
+    if not torch.cuda.is_available() and not args.cpu_smoke:
+        print("no CUDA device is present (torch.cuda.is_available() is False): nothing measured. "
+              "`python -m bench.gpu --cpu-smoke` runs the script's code path on CPU.")
+        return 0
+    rt = init_runtime("cpu" if args.cpu_smoke else "cuda")
+    configure_device(rt.device)
+    memory = PeakMemory(rt.device)
+    variants = list(filter(None, args.optimizers.split(",")))
+    if not args.cpu_smoke:
+        import torch._dynamo as dynamo
+
+        # A training run compiles each rule for one model; this process compiles them for several.
+        dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
+    with tempfile.TemporaryDirectory() as tmp:
+        shape = SMOKE_MODEL if args.cpu_smoke else dict(block_size=GPTConfig.block_size, vocab_size=GPTConfig.vocab_size)
+        data_dir = args.data_dir or synthetic_shards(tmp, shape["block_size"], shape["vocab_size"])
+        probe = row_config("tiny" if args.cpu_smoke else "small", "adamw", args, data_dir, str(rt.device))[0]
+        flops = train.peak_flops(probe, rt.device)
+        print(f"# {rt.device}, {'float32, eager (smoke run: not a measurement)' if args.cpu_smoke else 'bf16 autocast, torch.compile'}; "
+              f"data: {args.data_dir or 'random token ids'}; peak FLOP/s for MFU: "
+              f"{f'{flops:.3g}' if flops else 'unknown (pass --peak-flops)'}; {args.warmup} warm-up + {args.steps} "
+              f"measured steps per row", flush=True)
+        covered = {row_config("tiny" if args.cpu_smoke else "small", v, args, data_dir, str(rt.device))[0].optimizer
+                   for v in VARIANTS}
+        if set(OPTIMIZERS) - covered:
+            print(f"# not benchmarked (no VARIANTS entry): {', '.join(sorted(set(OPTIMIZERS) - covered))}")
+        rows = []
+        for model_name in filter(None, args.models.split(",")):
+            rows += bench_model(model_name, variants, args, rt, data_dir, False, memory)
+        for model_name in filter(None, args.memory_only.split(",")):
+            rows += bench_model(model_name, variants, args, rt, data_dir, True, memory)
+    print()
+    print_table(rows)
+    print()
+    if args.alone_repeats:
+        config = GPTConfig(**{**PRESETS["small"], **(SMOKE_MODEL if args.cpu_smoke else {})})
+        times = optimizer_alone_ms(config, rt.device, args.alone_repeats, compiled=not args.cpu_smoke)
+        adamw, mars = times["adamw-fused"], times["mars-adamw" if not args.cpu_smoke else "mars-adamw-eager"]
+        print(f"optimizer step alone on {'tiny' if args.cpu_smoke else 'GPT-2 small'} tensors, median of "
+              f"{args.alone_repeats}: torch fused AdamW {adamw:.2f} ms, MARS-AdamW {mars:.2f} ms: {mars / adamw:.2f}x "
+              f"(target <= {MARS_ADAMW_TARGET}x; memory-traffic floor {MARS_ADAMW_FLOOR:.2f}x)")
+    for line in whole_step_ratios(rows):
+        print(line)
+    if args.cpu_smoke:
+        print("(a CPU smoke run of a tiny model: these numbers check the script, not the GPU targets)")
+    return 1 if any(r.failed for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""
+CUDA: the compiled optimizer rules against eager ones, bf16 Newton-Schulz against a float64
+reference, train.py in bf16 with compile=True (learning, bit-exact resume, MARS-exact, HellaSwag in
+the loop), torchrun with NCCL, and bench/gpu.py. Every test but the CPU smoke run of bench/gpu.py
+needs a CUDA device and skips without one.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import optim.rules
+import test_train
+import train
+from bench.gpu import TABLE_HEADER, VARIANTS
+from config import TrainConfig
+from conftest import REPO, run_train, tiny_run_args
+from model import GPT, GPTConfig
+from optim import MARS, OPTIMIZERS, build_optimizer
+from optim.muon import NS5_EPS, orthogonalized_across_ranks
+from optim.newton_schulz import orthogonalized_update
+from test_optim import (
+    MARS_DEFAULTS, STEPS, TINY, gradient_stream, make_groups, make_params, reference_ns5, run_optimizer,
+    run_reference_mars, tiny_config,
+)
+from test_train import load_weights, read_metrics
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+RULE_KERNELS = (optim.rules.ADAMW, optim.rules.UNCORRECTED_EPS_ADAMW, optim.rules.MARS_ADAMW, optim.rules.MARS_LION)
+
+
+def cuda_run_args(data_dir: str, out_dir: str, **overrides) -> list[str]:
+    """conftest.tiny_run_args on the GPU, in bf16, with the model and the optimizer rules compiled."""
+    return tiny_run_args(data_dir, out_dir, **{"device": "cuda", "dtype": "bfloat16", "compile": True, **overrides})
+
+
+def on_cuda(stream: list) -> list:
+    """A gradient stream of tests/test_optim.py (per step, per parameter: (g, next-batch g)) on the GPU."""
+    return [[tuple(g.cuda() for g in pair) for pair in step] for step in stream]
+
+
+# ----------------------------------------------------------------------------- bench/gpu.py, on CPU
+
+
+def test_gpu_benchmark_smoke_run_on_cpu():
+    """`python -m bench.gpu --cpu-smoke` runs every optimizer of the registry through the benchmark's
+    code path (tiny model, 2 steps, CPU) and prints its table."""
+    proc = subprocess.run([sys.executable, "-m", "bench.gpu", "--cpu-smoke"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.startswith("$ python -m bench.gpu --cpu-smoke\n# ")  # the command and the machine
+    assert TABLE_HEADER in proc.stdout
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in proc.stdout.splitlines()
+            if line.startswith("| tiny |")]
+    assert len(rows) == 2 * len(VARIANTS)  # timed, then memory only
+    timed = rows[: len(VARIANTS)]
+    assert {row[1] for row in timed} >= {"AdamW", "MARS-approx", "MARS-exact", "Muon", "Moonlight"}
+    assert all(row[3] != "-" and row[6] != "-" and row[-1] == "" for row in timed), timed  # numbers, no note
+    assert "optimizer step alone" in proc.stdout and "MARS-exact whole step" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- optimizers on CUDA
+
+
+# Every optimizer of the registry with compiled rules (AdamW is torch's fused one: none), plus variants.
+RULE_VARIANTS = [dict(optimizer=name) for name, spec in OPTIMIZERS.items() if "compile" in spec.config_keys] + [
+    variant for variant in (
+        dict(optimizer="mars", is_approx=False), dict(optimizer="mars", mars_type="mars-lion"),
+        dict(optimizer="mars", mars_type="mars-shampoo"), dict(optimizer="mars", amsgrad=True, optimize_1d=True),
+        dict(optimizer="muon", muon_adamw="official"), dict(optimizer="mars-m", is_approx=False),
+        dict(optimizer="mars-m", mars_m_efficient=True),
+    ) if variant["optimizer"] in OPTIMIZERS
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("overrides", RULE_VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
+def test_compiled_rules_equal_eager_on_cuda(overrides, monkeypatch):
+    """The registry's optimizers on a tiny GPT's CUDA parameters: compile=True (the rules compiled on
+    whole lists, CUDA's mode) gives the eager numbers, to fp32 rounding."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64)  # every variant's lists in one process
+    for kernel in RULE_KERNELS:
+        monkeypatch.setattr(kernel, "compile_failed", False)
+    assert not optim.rules.compile_per_tensor(torch.device("cuda"))
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**TINY)).cuda()
+        params = list(model.parameters())
+        opt = build_optimizer(model, tiny_config(compile=compiled, learning_rate=1e-2, **overrides), "cuda")
+        assert opt.compiled is compiled
+        torch.manual_seed(1)
+        stream = [[tuple(torch.randn_like(p) * (2.5 if step % 3 == 0 else 0.4) / p.numel() ** 0.5 for _ in range(2))
+                   for p in params] for step in range(5)]  # norms about 2.5 or 0.4: MARS's clip acts on some steps
+        run_optimizer(opt, params, stream)
+        results.append(params)
+    assert not [kernel.rule.__name__ for kernel in RULE_KERNELS if kernel.compile_failed]  # no silent eager fallback
+    for eager, compiled in zip(*results):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+
+
+# Tall, wide and square, down to GPT-2's own shapes (attention, MLP, the token embedding both ways).
+NS5_SHAPES = [(24, 16), (16, 40), (64, 64), (768, 768), (768, 2304), (3072, 768), (50304, 768), (768, 50304)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("shape", NS5_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_bf16_newton_schulz_on_cuda_matches_float64_reference(shape):
+    """Muon's and MARS-Shampoo's orthogonalised update, NS5 in bf16 on CUDA, against tests/test_optim.py's
+    float64 NS5. bf16 rounding inside the iteration costs 2-3% in relative Frobenius error on random
+    matrices (measured with a bf16 emulation on CPU); a wrong coefficient or orientation costs O(1)."""
+    matrix = torch.randn(shape, generator=torch.Generator().manual_seed(0)).cuda()
+    scale = max(1.0, shape[0] / shape[1]) ** 0.5
+    updates = {"muon": (orthogonalized_across_ranks([matrix], 5)[0], NS5_EPS),
+               "mars-shampoo": (orthogonalized_update(matrix, eps=MARS_DEFAULTS["eps"]), MARS_DEFAULTS["eps"])}
+    for name, (update, eps) in updates.items():
+        expected = reference_ns5(matrix.double(), eps) * scale
+        # fp32 out, and contiguous: Muon's all-gather under DDP views each update flat
+        assert update.dtype == torch.float32 and update.is_contiguous(), name
+        error = ((update.double() - expected).norm() / expected.norm()).item()
+        assert error < 6e-2, f"{name}: relative error {error:.3e}"
+
+
+@needs_cuda
+@pytest.mark.parametrize("is_approx", [True, False], ids=["approx", "exact"])
+def test_mars_shampoo_on_cuda_matches_float64_reference(is_approx, monkeypatch):
+    """MARS-Shampoo on CUDA (bf16 NS5, compiled AdamW rule for the 1-D parameters), 20 steps, against
+    tests/test_optim.py's float64 reference: each parameter's displacement within 5% (bf16 NS5 emulated
+    on CPU: 1-2%; without the variance reduction, gamma=0: 40-90%)."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64)  # the compiled AdamW rule, as above
+    hp = {**MARS_DEFAULTS, "mars_type": "mars-shampoo", "is_approx": is_approx}
+    stream = gradient_stream(STEPS)
+    params = [torch.nn.Parameter(p.detach().cuda()) for p in make_params()]
+    run_optimizer(MARS(make_groups(params), **hp), params, on_cuda(stream))
+    for actual, expected, start in zip(params, run_reference_mars(hp, stream), make_params()):
+        moved = (expected - start.double()).norm()
+        error = ((actual.detach().cpu().double() - expected).norm() / moved).item()
+        assert error < 5e-2, f"shape {tuple(start.shape)}: displacement error {error:.3e}"
+
+
+# ----------------------------------------------------------------------------- train.py on CUDA
+
+
+@pytest.fixture
+def deterministic_cuda(tmp_path, monkeypatch):
+    """Make train.py subprocesses deterministic on CUDA, which bit-exactness needs: compiled, the
+    embedding's backward is a scatter-add with atomics and flash attention's backward is
+    nondeterministic, so two identical runs differ in the last bits. A sitecustomize calls
+    torch.use_deterministic_algorithms(True) at interpreter start (train.py has no setting for it);
+    cuBLAS needs a fixed workspace then, and inductor skips numerics-changing benchmarking."""
+    site = tmp_path / "deterministic_site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import torch\n\ntorch.use_deterministic_algorithms(True)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    monkeypatch.setenv("TORCHINDUCTOR_DETERMINISTIC", "1")
+
+
+@needs_cuda
+def test_bf16_compiled_training_lowers_the_loss_and_resumes_bit_exact(tiny_dataset, tmp_path, deterministic_cuda):
+    straight, halves = str(tmp_path / "straight"), str(tmp_path / "halves")
+    # the schedule must not depend on max_iters; dropout: the CUDA generator state must resume too
+    common = dict(lr_decay_iters=30, eval_interval=10, dropout=0.1)
+    run_train(cuda_run_args(tiny_dataset, straight, max_iters=30, **common))
+    val = read_metrics(straight, "val")
+    assert [r["step"] for r in val] == [0, 10, 20, 30]
+    assert val[-1]["val_loss"] < val[0]["val_loss"] - 1.0, val  # CPU (bf16 autocast): 10.83 -> 8.23
+    info = json.load(open(os.path.join(straight, "config.json")))
+    assert info["config"]["dtype"] == "bfloat16" and info["config"]["compile"] is True
+    if train.peak_flops(TrainConfig(), torch.device("cuda")):  # a GPU train.py knows the peak of logs MFU
+        assert "mfu" in read_metrics(straight, "train")[0]
+
+    run_train(cuda_run_args(tiny_dataset, halves, max_iters=15, **common))
+    run_train(cuda_run_args(tiny_dataset, halves, max_iters=30, init_from="resume", **common))
+    a, b = load_weights(straight), load_weights(halves)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    sa, sb = (torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["optimizer"]["state"]
+              for out in (straight, halves))
+    assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[i][key], sb[i][key]) for i in sa for key in sa[i])
+
+
+@needs_cuda
+def test_mars_exact_on_cuda_lowers_the_loss(tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    # config/mini_mars.py's settings; on CPU (bf16 autocast) the validation loss goes 10.83 -> 7.80
+    run_train(cuda_run_args(tiny_dataset, out, max_iters=12, optimizer="mars", is_approx=False, learning_rate=1.2e-2,
+                            lr_1d=6e-3, beta1=0.95, beta2=0.99, weight_decay=1e-2))
+    val = read_metrics(out, "val")
+    assert val[-1]["val_loss"] < val[0]["val_loss"] - 1.0, val
+    assert json.load(open(os.path.join(out, "config.json")))["config"]["is_approx"] is False
+
+
+@needs_cuda
+def test_hellaswag_in_the_loop_with_a_compiled_model(tiny_dataset, tmp_path, monkeypatch):
+    """tests/test_train.py's HellaSwag-in-the-loop run, on the GPU with the model compiled."""
+    monkeypatch.setattr(test_train, "tiny_run_args", cuda_run_args)
+    test_train.test_hellaswag_in_the_loop(tiny_dataset, tmp_path)
+
+
+# ----------------------------------------------------------------------------- torchrun with NCCL
+
+
+@needs_cuda
+def test_torchrun_with_nccl_on_one_gpu(tiny_dataset, tmp_path, monkeypatch):
+    """torchrun --nproc_per_node=1: the process group (NCCL), DDP and the collectives of the loop."""
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")  # NCCL says it is there
+    out = str(tmp_path / "run")
+    proc = run_train(cuda_run_args(tiny_dataset, out, max_iters=12), nproc=1)
+    assert "NCCL" in proc.stdout + proc.stderr
+    assert json.load(open(os.path.join(out, "config.json")))["world_size"] == 1
+    val = read_metrics(out, "val")
+    assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.3, val  # CPU: 10.83 -> 10.15 in 10 steps
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_torchrun_with_nccl_on_two_gpus_matches_one_process(tiny_dataset, tmp_path, monkeypatch):
+    """tests/test_train.py's two-process DDP test (gloo on CPU there), on two GPUs with NCCL, bf16, compiled."""
+    monkeypatch.setattr(test_train, "tiny_run_args", cuda_run_args)
+    test_train.test_two_process_ddp_matches_one_process(tiny_dataset, tmp_path)
