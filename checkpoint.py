@@ -146,7 +146,9 @@ def load_checkpoint(path: str, device: str | torch.device = "cpu") -> dict:
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # truncated zip, not a torch file, unpickling refused: all mean unusable
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e)[:200]})") from e
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {first_line[:200]}); "
+                              "use an intact checkpoint (resume falls back to an older one)") from e
     missing = [k for k in ("model", "model_args") if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is not a train.py checkpoint (it lacks {', '.join(missing)})")
@@ -220,10 +222,19 @@ def restore_training_state(ckpt: dict, model: torch.nn.Module, optimizer: torch.
     return RunState(step=ckpt["step"], best_val_loss=ckpt["best_val_loss"])
 
 
-def load_model(path: str, device: str = "cpu") -> GPT:
-    """The model stored in a train.py checkpoint, in eval mode (for eval/, sample.py, export)."""
-    ckpt = load_checkpoint(path, device)
+def model_from_checkpoint(ckpt: dict, device: str = "cpu") -> GPT:
+    """The model a loaded checkpoint holds, in eval mode."""
     model_args = ckpt["model_args"]
     model = GPT(GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)}))
     model.load_state_dict(ckpt["model"])
     return model.to(device).eval()
+
+
+def load_model(path: str, device: str = "cpu") -> GPT:
+    """The model stored in a train.py checkpoint, in eval mode (for eval/, sample.py, export)."""
+    return model_from_checkpoint(load_checkpoint(path, device), device)
+
+
+def tokenizer_of(ckpt: dict) -> str:
+    """The tokenizer a checkpoint's run trained on (runs from before the setting: gpt2)."""
+    return ckpt.get("config", {}).get("tokenizer", "gpt2")

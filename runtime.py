@@ -4,6 +4,7 @@ precision, and the stop signal every rank agrees on. Used by train.py; eval/
 takes autocast_context() from here too.
 """
 
+import argparse
 import contextlib
 import ctypes
 import datetime
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ContextManager
 
@@ -81,8 +83,15 @@ def autocast_context(device: str | torch.device, dtype: str) -> ContextManager:
     return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
 
 
-def configure_device(device: torch.device) -> None:
-    """TF32 matrix products on CUDA; on CPU, keep freed memory for reuse."""
+def configure_device(device: torch.device, deterministic: bool = False) -> None:
+    """TF32 matrix products on CUDA; on CPU, keep freed memory for reuse. deterministic: kernels that
+    give the same bits every run (compiled embedding backward and flash attention's backward use
+    atomics otherwise), so a resumed CUDA run equals an uninterrupted one bit for bit."""
+    if deterministic:
+        # cuBLAS reads its workspace setting when first used, inductor its flag when compiling: set both first.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        os.environ.setdefault("TORCHINDUCTOR_DETERMINISTIC", "1")
+        torch.use_deterministic_algorithms(True)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -150,3 +159,38 @@ def exit_on_input_error(*errors: type[BaseException]):
     except (InputError, *errors) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+# Command-line argument types shared by the entry points (argparse names the argument in its error).
+
+
+def device_arg(text: str) -> str:
+    """--device: cpu, cuda or cuda:N, and present on this machine."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a device; use cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"'{text}': only cpu and cuda devices are supported")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"'{text}': this machine has no usable CUDA GPU; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(
+            f"'{text}': this machine has {torch.cuda.device_count()} GPU(s), cuda:0 to "
+            f"cuda:{torch.cuda.device_count() - 1}")
+    return text
+
+
+def at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type: a `kind` number no smaller than minimum."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"'{text}' is not a {'whole number' if kind is int else 'number'}") from None
+        if not value >= minimum:  # (NaN too)
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+
+    return parse

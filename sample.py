@@ -12,11 +12,10 @@ import argparse
 
 import torch
 
-from data.tokenizer import EOT_TOKEN, get_encoding
-from checkpoint import load_model
-from eval.scoring import at_least, device_arg
+from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
+from data.tokenizer import get_encoding
 from model import GPT
-from runtime import InputError, exit_on_input_error
+from runtime import InputError, at_least, device_arg, exit_on_input_error
 
 
 def read_prompt(prompt: str) -> str:
@@ -35,11 +34,11 @@ def read_prompt(prompt: str) -> str:
 
 def generate_samples(
     model: GPT, prompt: str, num_samples: int, max_new_tokens: int, temperature: float, top_k: int | None,
-    seed: int, device: str,
+    seed: int, device: str, tokenizer: str = "gpt2",
 ) -> list[str]:
     """num_samples continuations of prompt (each including the prompt), reproducible by seed."""
-    enc = get_encoding()
-    start = enc.encode(prompt, allowed_special="all") or [EOT_TOKEN]
+    enc = get_encoding(tokenizer)
+    start = enc.encode(prompt, allowed_special="all") or [enc.eot_token]
     idx = torch.tensor([start] * num_samples, dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(seed)
     out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
@@ -62,9 +61,10 @@ def main(argv: list[str] | None = None) -> list[str]:
 
     with exit_on_input_error():
         prompt = read_prompt(args.prompt)
-        model = load_model(args.checkpoint, args.device)
-        samples = generate_samples(model, prompt, args.num_samples, args.max_new_tokens, args.temperature,
-                                   args.top_k or None, args.seed, args.device)
+        ckpt = load_checkpoint(args.checkpoint, args.device)
+        samples = generate_samples(model_from_checkpoint(ckpt, args.device), prompt, args.num_samples,
+                                   args.max_new_tokens, args.temperature, args.top_k or None, args.seed, args.device,
+                                   tokenizer_of(ckpt))
     for sample in samples:
         print(sample)
         print("---------------")

@@ -43,7 +43,8 @@ from runtime import (
     exit_on_input_error, init_runtime, resolve_dtype,
 )
 
-PEAK_BF16_FLOPS = {"A100": 312e12, "H100": 989e12, "H200": 989e12}  # dense bf16, by device name
+# Dense bf16 FLOP/s by a name in the device's (the first that matches: H100 PCIe and NVL before H100 SXM)
+PEAK_BF16_FLOPS = {"A100": 312e12, "H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12, "H200": 989e12}
 
 
 # -----------------------------------------------------------------------------
@@ -257,7 +258,7 @@ def print_sample(model: GPT, tokenizer: str, tokens: int, seed: int, device: tor
 
 def train(cfg: TrainConfig) -> None:
     rt = init_runtime(cfg.device)
-    configure_device(rt.device)
+    configure_device(rt.device, cfg.deterministic)
     dtype = resolve_dtype(cfg.dtype, rt.device)
     autocast = autocast_context(rt.device, dtype)
     scaler = torch.amp.GradScaler(rt.device.type, enabled=dtype == "float16")

@@ -4,7 +4,7 @@ each step split into forward-backward and optimizer time, with train.py's own st
 
     python -m bench.gpu                                   # small, medium: every optimizer; large, xl: memory only
     python -m bench.gpu --models small --optimizers adamw,mars-exact --steps 20 --memory-only ""
-    python -m bench.gpu --data_dir data/stdlib            # real tokens (python -m data.quickstart), not random ones
+    python -m bench.gpu --data-dir data/stdlib            # real tokens (python -m data.quickstart), not random ones
     python -m bench.gpu --cpu-smoke                       # no GPU needed: a tiny model through the same code path
 
 A row's config is the paper config of its model and optimizer (config/gpt2_<model>_<optimizer>.py,
@@ -17,7 +17,9 @@ synchronize at the end of the measured steps and none inside them. "other" is th
 (clipping, MARS-exact's stash, zero_grad, the learning-rate update). tokens/s counts each step's batch
 once, as train.py logs it (MARS-exact's second forward-backward adds time, not tokens); MFU is
 model.estimate_mfu of it against the device's dense bf16 peak (train.peak_flops: from the GPU's name,
-or --peak-flops). Peak memory is torch.cuda.max_memory_allocated over the measured steps.
+or --peak-flops). Peak memory is torch.cuda.max_memory_allocated over the measured steps: ordinary
+steps in the timed rows; in the memory-only rows a log step (with the config's log_diagnostics, which
+copy the weights), which is where a run peaks.
 
 After the table: torch's fused AdamW against MARS-AdamW, the optimizer step alone on GPT-2-small
 tensors (bench.optimizer_step's optimizers; target <= 1.5x, memory-traffic floor 1.43x), and
@@ -50,6 +52,7 @@ from config import TrainConfig, load_config
 from data.shards import write_shard
 from model import GPT, GPTConfig, PRESETS
 from optim import OPTIMIZERS, build_optimizer, display_name
+from optim.diagnostics import parameter_kinds
 from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
 from optim.schedule import set_learning_rates
 from runtime import Runtime, autocast_context, configure_device, init_runtime
@@ -100,7 +103,7 @@ class Clock:
 
 @dataclasses.dataclass
 class StepMarks:
-    """Marks of one training step: its ends, and (start, end) of each forward-backward and optimizer step in it."""
+    """Marks of one training step: its ends, and (start, end) of each forward-backward and optimizer step."""
 
     start: object
     end: object = None
@@ -149,7 +152,6 @@ class Row:
     optimizer: str
     micro_batch: int
     grad_accum: int
-    tokens_per_step: int
     memory_only: bool
     note: str = ""
     step_ms: float | None = None
@@ -161,9 +163,10 @@ class Row:
     failed: bool = False
 
 
-def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str, device: str) -> tuple[TrainConfig, str]:
-    """The paper config of model and variant, set up for the benchmark; a note when there is none
-    (that model's AdamW config then, with the optimizer switched)."""
+def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str, device: str,
+               micro_batch: int = 0) -> tuple[TrainConfig, str]:
+    """The paper config of model and variant, set up for the benchmark (micro_batch 0: the config's);
+    a note when there is none (that model's AdamW config then, with the optimizer switched)."""
     part, overrides = VARIANTS[variant]
     preset = "small" if model == "tiny" else model
     path = os.path.join(REPO, "config", f"gpt2_{preset}_{part}.py")
@@ -177,8 +180,8 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
         system += ["--dtype=float32", "--compile=False"] + [f"--{k}={v}" for k, v in SMOKE_MODEL.items()]
     else:
         system += ["--dtype=bfloat16", "--compile=True"]
-    if args.micro_batch:
-        system.append(f"--micro_batch_size={args.micro_batch}")
+    if micro_batch:
+        system.append(f"--micro_batch_size={micro_batch}")
     cfg = load_config([path, *overrides, *system])
     cfg = dataclasses.replace(cfg, total_batch_size=cfg.micro_batch_size * cfg.block_size * args.grad_accum)
     return cfg, note
@@ -191,10 +194,14 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
     scaler = torch.amp.GradScaler(rt.device.type, enabled=cfg.dtype == "float16")
     optimizer = build_optimizer(raw_model, cfg, rt.device.type)
     params, total_iters, clock = list(raw_model.parameters()), cfg.total_iters(), Clock(rt.device)
+    # train.py's log steps add the diagnostics; memory-only rows measure one such step
+    log_step_kinds = parameter_kinds(raw_model) if row.memory_only and cfg.log_diagnostics else None
 
     def step(i: int) -> torch.Tensor:
         set_learning_rates(optimizer, i, cfg, total_iters)
-        return train.optimizer_step(model, params, optimizer, scaler, data.train_batches, i, cfg, rt, autocast)[0]
+        kinds = log_step_kinds if i >= warmup else None
+        return train.optimizer_step(model, params, optimizer, scaler, data.train_batches, i, cfg, rt, autocast,
+                                    kinds)[0]
 
     try:
         for i in range(warmup):
@@ -222,12 +229,9 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
         row.tokens_per_s = cfg.total_batch_size * steps / (total_ms / 1000)
         flops = train.peak_flops(cfg, rt.device)
         row.mfu = raw_model.estimate_mfu(row.tokens_per_s, flops) if flops else None
-    finally:
+    finally:  # free the state now, even if a traceback keeps this frame alive (bench_model collects)
         optimizer.zero_grad(set_to_none=True)
-        del optimizer
-        gc.collect()
-        if rt.device.type == "cuda":
-            torch.cuda.empty_cache()
+        optimizer.state.clear()
 
 
 def synthetic_shards(folder: str, block_size: int, vocab_size: int) -> str:
@@ -244,9 +248,11 @@ def bench_model(model_name: str, variants: list[str], args: argparse.Namespace, 
     initial weights before each variant."""
     rows, model, raw_model, initial, data = [], None, None, None, None
     for variant in variants:
-        cfg, note = row_config(model_name, variant, args, data_dir, str(rt.device))
-        row = Row(model_name, display_name(cfg.to_dict()), cfg.micro_batch_size, args.grad_accum,
-                  cfg.total_batch_size, memory_only, note)
+        # memory-only rows: the run scripts' micro-batch, the config's
+        micro_batch = args.micro_batch if not memory_only or args.cpu_smoke else 0
+        cfg, note = row_config(model_name, variant, args, data_dir, str(rt.device), micro_batch)
+        row = Row(model_name, display_name(cfg.to_dict()), cfg.micro_batch_size, args.grad_accum, memory_only, note)
+        print(f"[bench.gpu] {model_name}, {row.optimizer}: running", file=sys.stderr, flush=True)
         try:
             if raw_model is None:
                 if cfg.compile:
@@ -340,8 +346,9 @@ def whole_step_ratios(rows: list[Row]) -> list[str]:
         step = {r.optimizer: r.step_ms for r in rows if r.model == model and not r.memory_only}
         if step.get("MARS-exact") and step.get("AdamW"):
             ratio = step["MARS-exact"] / step["AdamW"]
+            verdict = "met" if ratio <= MARS_EXACT_TARGET else "missed"
             lines.append(f"MARS-exact whole step (two forward-backwards + step) / AdamW whole step, {model}: "
-                         f"{ratio:.2f}x (target <= {MARS_EXACT_TARGET}x: {'met' if ratio <= MARS_EXACT_TARGET else 'missed'})")
+                         f"{ratio:.2f}x (target <= {MARS_EXACT_TARGET}x: {verdict})")
     return lines
 
 
@@ -353,14 +360,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--models", default="small,medium", help="timed rows, from: " + ", ".join(PRESETS))
     parser.add_argument("--optimizers", default=",".join(VARIANTS), help="from: " + ", ".join(VARIANTS))
     parser.add_argument("--memory-only", default="large,xl", help="models with peak-memory rows only ('' for none)")
-    parser.add_argument("--steps", type=int, default=10, help="measured steps per row")
+    parser.add_argument("--steps", type=int, default=20, help="measured steps per row")
     parser.add_argument("--warmup", type=int, default=3, help="steps before measuring (compilation, state)")
-    parser.add_argument("--micro-batch", type=int, default=0, help="sequences per micro-step (0: the config's)")
+    parser.add_argument("--micro-batch", type=int, default=0,
+                        help="sequences per micro-step of the timed rows (0: the config's)")
     parser.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step")
     parser.add_argument("--peak-flops", type=float, default=0.0, help="the device's dense bf16 FLOP/s for MFU "
                         "(0: train.peak_flops' guess from the GPU's name; no MFU if it knows none)")
-    parser.add_argument("--alone-repeats", type=int, default=20, help="repeats of the optimizer-alone comparison (0: skip)")
-    parser.add_argument("--data_dir", default="", help="token shards to read (default: random tokens)")
+    parser.add_argument("--alone-repeats", type=int, default=20,
+                        help="repeats of the optimizer-alone comparison (0: skip it)")
+    parser.add_argument("--data-dir", default="", help="token shards to read (default: random tokens)")
     parser.add_argument("--cpu-smoke", action="store_true", help="a tiny model on CPU, 2 steps: checks the script")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.grad_accum < 1:
@@ -379,6 +388,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.cpu_smoke:
+        torch.set_num_threads(1)  # tiny tensors: threads only wait on each other (and on a busy machine, long)
     print_header()
     if not torch.cuda.is_available() and not args.cpu_smoke:
         print("no CUDA device is present (torch.cuda.is_available() is False): nothing measured. "
@@ -394,16 +405,16 @@ def main(argv: list[str] | None = None) -> int:
         # A training run compiles each rule for one model; this process compiles them for several.
         dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
     with tempfile.TemporaryDirectory() as tmp:
-        shape = SMOKE_MODEL if args.cpu_smoke else dict(block_size=GPTConfig.block_size, vocab_size=GPTConfig.vocab_size)
+        shape = SMOKE_MODEL if args.cpu_smoke else dataclasses.asdict(GPTConfig())
         data_dir = args.data_dir or synthetic_shards(tmp, shape["block_size"], shape["vocab_size"])
-        probe = row_config("tiny" if args.cpu_smoke else "small", "adamw", args, data_dir, str(rt.device))[0]
-        flops = train.peak_flops(probe, rt.device)
-        print(f"# {rt.device}, {'float32, eager (smoke run: not a measurement)' if args.cpu_smoke else 'bf16 autocast, torch.compile'}; "
-              f"data: {args.data_dir or 'random token ids'}; peak FLOP/s for MFU: "
-              f"{f'{flops:.3g}' if flops else 'unknown (pass --peak-flops)'}; {args.warmup} warm-up + {args.steps} "
-              f"measured steps per row", flush=True)
-        covered = {row_config("tiny" if args.cpu_smoke else "small", v, args, data_dir, str(rt.device))[0].optimizer
+        configs = {v: row_config("tiny" if args.cpu_smoke else "small", v, args, data_dir, str(rt.device))[0]
                    for v in VARIANTS}
+        flops = train.peak_flops(configs["adamw"], rt.device)
+        mode = "float32, eager (smoke run: not a measurement)" if args.cpu_smoke else "bf16 autocast, torch.compile"
+        print(f"# {rt.device}, {mode}; data: {args.data_dir or 'random token ids'}; peak FLOP/s for MFU: "
+              f"{f'{flops:.3g}' if flops else 'unknown (pass --peak-flops)'}; {args.warmup} warm-up + "
+              f"{args.steps} measured steps per row", flush=True)
+        covered = {cfg.optimizer for cfg in configs.values()}
         if set(OPTIMIZERS) - covered:
             print(f"# not benchmarked (no VARIANTS entry): {', '.join(sorted(set(OPTIMIZERS) - covered))}")
         rows = []

@@ -18,7 +18,6 @@ tokens per CPU-second, which other load on a shared machine disturbs far less.
 import argparse
 import contextlib
 import os
-import sys
 import tempfile
 import time
 
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench import print_header
 from data import prepare
 from data.quickstart import stdlib_files
 from data.tokenizer import get_encoding
@@ -95,6 +95,7 @@ def main() -> None:
     parser.add_argument("--parquet", nargs="+", help="your own parquet files (a text column) instead")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each measurement; the best counts")
     args = parser.parse_args()
+    print_header()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     datasets.disable_progress_bars()
     with tempfile.TemporaryDirectory() as tmp:

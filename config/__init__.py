@@ -129,6 +129,9 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
     compile: bool = False
+    # Deterministic kernels (torch.use_deterministic_algorithms; cuBLAS workspace and inductor set to
+    # match): on CUDA, bit-exact resumes and repeatable runs, at some speed; CPU runs are deterministic anyway.
+    deterministic: bool = False
     peak_flops: float = 0.0  # for MFU; 0: guessed from the GPU's name
 
     def __post_init__(self) -> None:

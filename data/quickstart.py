@@ -37,21 +37,21 @@ def stdlib_files() -> list[str]:
 
 
 def prepare(out_dir: str, tokenizer: str = "gpt2") -> None:
+    try:  # first: a bad --out fails before the tokenising
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create the folder {out_dir} ({e.strerror}); give a writable folder with --out") from e
     files = stdlib_files()
     texts = []
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:
             texts.append(f.read())
     (docs,) = tokenize_in_order(iter([texts]), workers=1, tokenizer=tokenizer)  # each preceded by <|endoftext|>
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        for split, name in (("val", "stdlib_val_000000.bin"), ("train", "stdlib_train_000001.bin")):
-            chosen = [d for i, d in enumerate(docs) if (i % VAL_EVERY == 0) == (split == "val")]
-            tokens = np.concatenate(chosen)
-            write_shard(os.path.join(out_dir, name), tokens)  # atomic: an earlier shard stays whole on failure
-            print(f"{split}: {len(chosen)} files, {len(tokens):,} tokens -> {os.path.join(out_dir, name)}")
-    except OSError as e:
-        raise InputError(f"cannot write the corpus to {out_dir} ({e.strerror}); give a writable folder with --out") from e
+    for split, name in (("val", "stdlib_val_000000.bin"), ("train", "stdlib_train_000001.bin")):
+        chosen = [d for i, d in enumerate(docs) if (i % VAL_EVERY == 0) == (split == "val")]
+        tokens = np.concatenate(chosen)
+        write_shard(os.path.join(out_dir, name), tokens)
+        print(f"{split}: {len(chosen)} files, {len(tokens):,} tokens -> {os.path.join(out_dir, name)}")
 
 
 if __name__ == "__main__":

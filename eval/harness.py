@@ -28,10 +28,10 @@ from lm_eval.utils import get_rolling_token_windows, handle_non_serializable, ma
 from data.shards import atomic_write
 from data.tokenizer import EOT_TOKEN, get_encoding
 from eval.paper import PAPER_COLUMNS, paper_scores
-from checkpoint import load_model
-from eval.scoring import TokenPair, at_least, device_arg, encode, right_padded, score_continuations
+from checkpoint import load_checkpoint, load_model
+from eval.scoring import TokenPair, encode, right_padded, score_continuations
 from model import GPT
-from runtime import InputError, autocast_context, exit_on_input_error
+from runtime import InputError, at_least, autocast_context, device_arg, exit_on_input_error
 
 DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's default when a task does not say
 
@@ -189,19 +189,27 @@ def paper_table(results: dict) -> str:
     return "\n".join([row(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", row(cells)])
 
 
-def task_list(tasks: str, task_manager: TaskManager) -> list[str]:
-    """--tasks as a list, every entry a task, group or tag lm-eval knows (a glob matching some, or
-    a task YAML file); an unknown one is named with the close matches."""
+def task_names(tasks: str) -> list[str]:
+    """--tasks as a list of names."""
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     if not names:
         raise InputError(f"--tasks '{tasks}' names no task; give comma-separated lm-eval task names (e.g. hellaswag)")
+    return names
+
+
+def known_tasks(names: list[str], task_manager: TaskManager) -> list[str]:
+    """The tasks to run: each name a task, group or tag lm-eval knows, a glob matching some (expanded,
+    as lm-eval's own CLI does), or a task YAML file. An unknown one is named with its close matches."""
+    tasks = []
     for name in names:
-        if not task_manager.match_tasks([name]) and not os.path.isfile(name):
+        matches = [name] if os.path.isfile(name) else task_manager.match_tasks([name])
+        if not matches:
             close = difflib.get_close_matches(name, task_manager.all_tasks, n=5)
             suggestion = f"close matches: {', '.join(close)}" if close else "see `lm_eval ls tasks` for the names"
             raise InputError(f"--tasks: lm-eval knows no task, group or tag '{name}' ({suggestion}); "
                              "a local task needs --include_path FOLDER")
-    return names
+        tasks += matches
+    return list(dict.fromkeys(tasks))
 
 
 def check_output(output: str) -> None:
@@ -232,11 +240,13 @@ def main(argv: list[str] | None = None) -> dict:
             raise InputError(f"--limit {args.limit:g}: give a positive number of examples (or a fraction < 1)")
         if args.include_path is not None and not os.path.isdir(args.include_path):
             raise InputError(f"--include_path {args.include_path} is not a folder; give the folder of task YAMLs")
+        if not os.path.exists(args.checkpoint):
+            load_checkpoint(args.checkpoint)  # its error names the missing file, now rather than after the task index
         output = args.output or results_path(args.checkpoint)
-        if args.output or os.path.exists(args.checkpoint):  # (a missing checkpoint is named when it is loaded)
-            check_output(output)
+        check_output(output)
+        names = task_names(args.tasks)
         task_manager = TaskManager(include_path=args.include_path)
-        tasks = task_list(args.tasks, task_manager)  # before the model is loaded
+        tasks = known_tasks(names, task_manager)  # before the model is loaded
         limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
         try:
             results = simple_evaluate(

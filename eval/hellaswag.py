@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 
 from checkpoint import load_model
-from eval.scoring import at_least, device_arg, score_continuations, split_context_continuation
+from eval.scoring import score_continuations, split_context_continuation
 from model import GPT
-from runtime import InputError, autocast_context, exit_on_input_error
+from runtime import InputError, at_least, autocast_context, device_arg, exit_on_input_error
 
 HUB_DATASET = "Rowan/hellaswag"  # the dataset lm-eval's hellaswag task loads
 EXAMPLE_FIELDS = ("activity_label", "ctx_a", "ctx_b", "endings", "label")  # what query_choices_gold reads
@@ -102,12 +102,10 @@ def check_example(line: str, where: str) -> dict:
         wrong.append("endings")
     if wrong:
         raise InputError(f"{where}: {', '.join(wrong)} must be text (endings: a non-empty list of texts)")
-    try:
-        label = int(example["label"])
-    except (TypeError, ValueError):
-        label = -1
-    if not 0 <= label < len(endings) or isinstance(example["label"], (bool, float)):
-        raise InputError(f"{where}: label {example['label']!r} is not the index of one of its "
+    label = example["label"]  # an int, or as on the hub a string of one
+    index = int(label) if isinstance(label, str) and label.isdigit() else label
+    if type(index) is not int or not 0 <= index < len(endings):  # (type: a bool is no label)
+        raise InputError(f"{where}: label {label!r} is not the index of one of its "
                          f"{len(endings)} endings (0 to {len(endings) - 1})")
     return example
 

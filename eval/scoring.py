@@ -13,8 +13,7 @@ vocabulary, as the exported Hugging Face model would.
 Also the command-line value checks that eval/ and sample.py share (device_arg, at_least).
 """
 
-import argparse
-from typing import Callable, ContextManager
+from typing import ContextManager
 
 import torch
 import torch.nn.functional as F
@@ -94,39 +93,3 @@ def score_continuations(
             results[i] = (s, g)
     model.train(was_training)
     return results
-
-
-# -----------------------------------------------------------------------------
-# Command-line values (argparse `type=`): a bad one is a usage error naming the flag, before any loading.
-
-
-def device_arg(text: str) -> str:
-    """--device: cpu, cuda or cuda:N, and present on this machine."""
-    try:
-        device = torch.device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a device; use cpu, cuda or cuda:N") from None
-    if device.type not in ("cpu", "cuda"):
-        raise argparse.ArgumentTypeError(f"'{text}': only cpu and cuda devices are supported")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError(f"'{text}': this machine has no usable CUDA GPU; use --device cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise argparse.ArgumentTypeError(
-            f"'{text}': this machine has {torch.cuda.device_count()} GPU(s), cuda:0 to "
-            f"cuda:{torch.cuda.device_count() - 1}")
-    return text
-
-
-def at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
-    """An argparse type: a `kind` number no smaller than minimum."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"'{text}' is not a {'whole number' if kind is int else 'number'}") from None
-        if not value >= minimum:  # (NaN too)
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
-        return value
-
-    return parse

@@ -127,7 +127,7 @@ def orthogonalized_across_ranks(matrices: list[torch.Tensor], ns_steps: int) -> 
     mine = torch.zeros(segment, dtype=gathered.dtype, device=gathered.device)
     for m, owner, offset in zip(matrices, owners, offsets):
         if owner == rank:
-            mine[offset : offset + m.numel()] = orthogonalized_update(m, ns_steps, NS5_EPS).view(-1)
+            mine[offset : offset + m.numel()] = orthogonalized_update(m, ns_steps, NS5_EPS).reshape(-1)
     dist.all_gather(list(gathered.chunk(world_size)), mine)
     return [
         gathered[owner * segment + offset :][: m.numel()].view_as(m)

@@ -46,6 +46,9 @@ positive_int() {  # NAME VALUE
     return 2
 }
 
+# (any other value would start the full run it was meant to check)
+[[ "${DRY_RUN:-0}" == [01] ]] || { echo "error: DRY_RUN must be 0 or 1, got '$DRY_RUN'" >&2; exit 2; }
+
 # Where runs go: OUT_ROOT, else out (out/dry_run for dry runs)
 out_root() {
     echo "${OUT_ROOT:-$([[ "${DRY_RUN:-0}" == 1 ]] && echo out/dry_run || echo out)}"
@@ -59,7 +62,6 @@ launch() {
     local dry_run="${DRY_RUN:-0}"
     local ngpu="${NGPU:-$([[ "$dry_run" == 1 ]] && echo 1 || echo 8)}"
     local nnodes="${NNODES:-1}"
-    [[ "$dry_run" == [01] ]] || { echo "error: DRY_RUN must be 0 or 1, got '$dry_run'" >&2; return 2; }
     positive_int NGPU "$ngpu" || return
     positive_int NNODES "$nnodes" || return
     [[ -z "${MICRO_BATCH:-}" ]] || positive_int MICRO_BATCH "$MICRO_BATCH" || return

@@ -8,6 +8,7 @@
 # DRY_RUN=1: 2 tiny steps of each.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
+positive_int JOBS "${JOBS:-2}"
 extra=()
 if [[ "${DRY_RUN:-0}" == 1 ]]; then
     read -ra extra <<< "$(dry_run_overrides 1)"

@@ -6,6 +6,7 @@
 # sweep.png, a folder per run. Rerunning resumes what is not done. DRY_RUN=1: 2 tiny steps, first rate only.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
+positive_int JOBS "${JOBS:-2}"
 grid=(adamw:learning_rate=1e-3,2e-3,4e-3,8e-3
       muon:learning_rate=5e-3,1e-2,2e-2,4e-2
       mars_approx:learning_rate=3e-3,6e-3,1.2e-2,2.4e-2

@@ -145,33 +145,19 @@ def test_mars_shampoo_on_cuda_matches_float64_reference(is_approx, monkeypatch):
 # ----------------------------------------------------------------------------- train.py on CUDA
 
 
-@pytest.fixture
-def deterministic_cuda(tmp_path, monkeypatch):
-    """Make train.py subprocesses deterministic on CUDA, which bit-exactness needs: compiled, the
-    embedding's backward is a scatter-add with atomics and flash attention's backward is
-    nondeterministic, so two identical runs differ in the last bits. A sitecustomize calls
-    torch.use_deterministic_algorithms(True) at interpreter start (train.py has no setting for it);
-    cuBLAS needs a fixed workspace then, and inductor skips numerics-changing benchmarking."""
-    site = tmp_path / "deterministic_site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("import torch\n\ntorch.use_deterministic_algorithms(True)\n")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    monkeypatch.setenv("TORCHINDUCTOR_DETERMINISTIC", "1")
-
-
 @needs_cuda
-def test_bf16_compiled_training_lowers_the_loss_and_resumes_bit_exact(tiny_dataset, tmp_path, deterministic_cuda):
+def test_bf16_compiled_training_lowers_the_loss_and_resumes_bit_exact(tiny_dataset, tmp_path):
     straight, halves = str(tmp_path / "straight"), str(tmp_path / "halves")
     # the schedule must not depend on max_iters; dropout: the CUDA generator state must resume too
-    common = dict(lr_decay_iters=30, eval_interval=10, dropout=0.1)
+    # deterministic: compiled embedding and flash-attention backwards use atomics otherwise
+    common = dict(lr_decay_iters=30, eval_interval=10, dropout=0.1, deterministic=True)
     run_train(cuda_run_args(tiny_dataset, straight, max_iters=30, **common))
     val = read_metrics(straight, "val")
     assert [r["step"] for r in val] == [0, 10, 20, 30]
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 1.0, val  # CPU (bf16 autocast): 10.83 -> 8.23
     info = json.load(open(os.path.join(straight, "config.json")))
     assert info["config"]["dtype"] == "bfloat16" and info["config"]["compile"] is True
-    if train.peak_flops(TrainConfig(), torch.device("cuda")):  # a GPU train.py knows the peak of logs MFU
+    if train.peak_flops(TrainConfig(), torch.device("cuda")):  # a GPU whose peak train.py knows: MFU logged
         assert "mfu" in read_metrics(straight, "train")[0]
 
     run_train(cuda_run_args(tiny_dataset, halves, max_iters=15, **common))

@@ -11,6 +11,7 @@ import torch
 from conftest import REPO
 from config import load_config, read_config_file
 from model import GPT, GPTConfig
+from optim import mini_recipes
 
 CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py")) if not p.endswith("__init__.py"))
 
@@ -43,11 +44,11 @@ def test_every_config_file_loads_and_validates(path):
         assert getattr(cfg, key) == value
 
 
-@pytest.mark.parametrize("recipe", ["mini_adamw.py", "mini_muon.py", "mini_mars.py"])
-def test_mini_recipes_apply_after_the_mini_setting(recipe):
-    cfg = load_config([str(REPO / "config" / "mini.py"), str(REPO / "config" / recipe)])
-    assert (cfg.dataset, cfg.device, cfg.n_layer) == ("stdlib", "cpu", 4)
-    assert cfg.optimizer == recipe[len("mini_"):-len(".py")]
+@pytest.mark.parametrize("recipe, arguments", mini_recipes().items())
+def test_mini_recipes_apply_after_the_mini_setting(recipe, arguments):
+    cfg = load_config([str(REPO / "config" / "mini.py")] + arguments.split())
+    assert (cfg.dataset, cfg.tokenizer, cfg.vocab_size, cfg.device, cfg.n_layer) == ("stdlib_bytes", "bytes", 264, "cpu", 4)
+    assert cfg.optimizer == {"mars_exact": "mars", "mars_approx": "mars"}.get(recipe, recipe.replace("_", "-"))
 
 
 @pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)
