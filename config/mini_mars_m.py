@@ -3,6 +3,6 @@
 optimizer = "mars-m"
 is_approx = True
 gamma = 0.025
-learning_rate = 6e-3
+learning_rate = 2.4e-2
 weight_decay = 1e-2
 beta1 = 0.95

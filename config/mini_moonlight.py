@@ -1,6 +1,6 @@
 # Moonlight for the CPU mini reproduction (after config/mini.py): the official recipe's momentum
 # (beta1 0.95) and weight decay, the learning rate from the mini sweep.
 optimizer = "moonlight"
-learning_rate = 6e-3
+learning_rate = 2.4e-2
 weight_decay = 1e-1
 beta1 = 0.95

@@ -3,7 +3,7 @@
 # its paper-era schedule (constant, then linear to 0 over the last 2% of the run), the learning rate
 # from scripts/mini_sweep.sh (lr_1d fixed at 3e-3).
 optimizer = "muon"
-learning_rate = 2e-2
+learning_rate = 4e-2
 weight_decay = 0.0
 lr_1d = 3e-3
 weight_decay_1d = 0.1

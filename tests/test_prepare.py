@@ -421,3 +421,25 @@ def test_restart_with_other_settings_before_any_checkpoint_leaves_no_stale_shard
     assert sorted(os.listdir(tmp_path / "out")) == ["fineweb-edu10B_train_000001.bin", "fineweb-edu10B_val_000000.bin",
                                                    "manifest.json"]
     assert p.verify(str(tmp_path / "out")) == []
+
+
+def test_byte_tokenizer_shards_hold_each_documents_utf8_bytes(tmp_path, monkeypatch):
+    texts = ["def f():\n    return 'ünïcode ✓'\n", "plain text", "<|endoftext|> is text here"]
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    outs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"bytes{workers}"
+        assert p.main(["text", "--tokenizer", "bytes", "--files", str(corpus), "--val-fraction", "0",
+                       "--workers", workers, "--out", str(out)]) == 0
+        outs.append(folder_bytes(out))
+    assert outs[0] == outs[1]
+    (tokens,) = split_tokens(str(tmp_path / "bytes1"), "train")
+    starts = np.flatnonzero(tokens == 256)  # <|endoftext|> before every document, and nowhere else
+    assert tokens.max() == 256 and list(starts) == [0, *np.cumsum([len(t.encode()) + 1 for t in texts])[:-1]]
+    ends = [*starts[1:], len(tokens)]
+    assert [bytes(tokens[a + 1 : b].astype(np.uint8)).decode() for a, b in zip(starts, ends)] == texts
+    captured = []
+    monkeypatch.setattr(p, "prepare", lambda source, out, **kw: captured.append((source, out)))
+    assert p.main(["text", "--tokenizer", "bytes", "--files", str(corpus), "--name", "docs"]) == 0
+    assert captured[0][0].tokenizer == "bytes" and captured[0][1] == os.path.join(REPO, "data", "docs_bytes")
