@@ -115,6 +115,19 @@ def agree(ok: bool, rt: Runtime) -> bool:
     return bool(flag.item())
 
 
+def save_on_main_rank(state: dict, cfg: TrainConfig, best: bool, rt: Runtime, log: RunLog) -> None:
+    """Rank 0 writes the checkpoint; every rank learns whether it could (a failed write stops them all)."""
+    error = None
+    if rt.is_main:
+        try:
+            path = save_checkpoint(cfg.out_dir, state, cfg.ckpt_keep, best, cfg.ckpt_keep_best)
+            log.print(f"step {state['step']}: saved {path}")
+        except CheckpointError as e:
+            error = e
+    if not agree(error is None, rt):
+        raise error or CheckpointError("rank 0 could not write the checkpoint; see its error")
+
+
 def peak_flops(cfg: TrainConfig, device: torch.device) -> float:
     """The device's dense bf16 FLOP/s for MFU: the config's, else guessed from the GPU's name (0: no MFU)."""
     if cfg.peak_flops or device.type != "cuda":
@@ -279,7 +292,8 @@ def train(cfg: TrainConfig) -> None:
     if cfg.eval_only:
         val_loss = evaluate(raw_model, data.val_windows, data.val_ids, cfg.micro_batch_size, rt, autocast)
         log.print(f"checkpoint of {cfg.out_dir} at step {run.step}: val loss {val_loss:.4f}")
-        return close_runtime(rt)
+        close_runtime(rt)
+        return
     model = torch.compile(raw_model) if cfg.compile else raw_model
     model = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None) if rt.distributed else model
     version = code_version()
@@ -324,15 +338,7 @@ def train(cfg: TrainConfig) -> None:
             window.mean_loss(rt, run.step, cfg.out_dir)  # never checkpoint a diverged run
             state = training_state(raw_model, optimizer, scaler, run, cfg.to_dict(), cfg.model_args(),
                                    gather_rng_states(rt), data.fingerprint, version)
-            error = None
-            if rt.is_main:
-                try:
-                    path = save_checkpoint(cfg.out_dir, state, cfg.ckpt_keep, new_best, cfg.ckpt_keep_best)
-                    log.print(f"step {run.step}: saved {path}")
-                except CheckpointError as e:
-                    error = e
-            if not agree(error is None, rt):
-                raise error or CheckpointError("rank 0 could not write the checkpoint; see its error")
+            save_on_main_rank(state, cfg, new_best, rt, log)
             del state
         if stop_now:
             if stop.requested:
