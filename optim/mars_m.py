@@ -131,11 +131,7 @@ class MARSM(KeptGradients, Moonlight):
             return
         states = [self.state[p] for p in params]
         last_grads = [self._last_grad(p, state) for p, state in zip(params, states)]
-        if self.clip_c:
-            mars_momentum_(grads, last_grads, buffers, beta1=beta, gamma=gamma)
-        else:  # lerp with weight 1 + k is g + k * (g - g_prev)
-            c = torch._foreach_lerp(last_grads, grads, 1.0 + gamma * beta / (1.0 - beta))
-            torch._foreach_lerp_(buffers, c, 1.0 - beta)
+        mars_momentum_(grads, last_grads, buffers, beta1=beta, gamma=gamma, clip=self.clip_c)
         self._orthogonalized_step(params, buffers, group)
         self._keep_last_grads(params, states)
 

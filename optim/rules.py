@@ -36,10 +36,14 @@ def per_tensor_norms(tensors: Tensors) -> Tensors:
     return list(torch._foreach_norm(tensors))
 
 
-def corrected_gradients(grads: Tensors, last_grads: Tensors, gamma: float, beta1: float) -> Tensors:
-    """MARS's c = g + gamma * beta1/(1-beta1) * (g - g_prev), divided per tensor by max(1, ||c||_2)."""
+def corrected_gradients(grads: Tensors, last_grads: Tensors, gamma: float, beta1: float, clip: bool = True
+                        ) -> Tensors:
+    """MARS's c = g + gamma * beta1/(1-beta1) * (g - g_prev), divided per tensor by max(1, ||c||_2)
+    unless clip is False."""
     # lerp with weight 1 + k evaluates g - (g - g_prev) * (-k) in one pass.
     c = torch._foreach_lerp(last_grads, grads, 1.0 + gamma * beta1 / (1.0 - beta1))
+    if not clip:
+        return c
     # "if ||c|| > 1: c = c / ||c||" as arithmetic, with no host sync; multiplying by
     # the scalar's reciprocal keeps divisions out of the element-wise loop.
     scales = per_tensor_norms(c)
@@ -153,9 +157,11 @@ def mars_lion_(
     decoupled_step_(params, torch._foreach_sign(exp_avgs), lr, weight_decay)
 
 
-def mars_momentum_(grads: Tensors, last_grads: Tensors, exp_avgs: Tensors, *, beta1: float, gamma: float) -> None:
-    """m <- beta1 m + (1-beta1) c: MARS-Lion's first half, and all of MARS-Shampoo's before NS5."""
-    c = corrected_gradients(grads, last_grads, gamma, beta1)
+def mars_momentum_(grads: Tensors, last_grads: Tensors, exp_avgs: Tensors, *, beta1: float, gamma: float,
+                   clip: bool = True) -> None:
+    """m <- beta1 m + (1-beta1) c: MARS-Lion's first half, all of MARS-Shampoo's before NS5, and
+    MARS-M's momentum (which may leave c unclipped)."""
+    c = corrected_gradients(grads, last_grads, gamma, beta1, clip)
     torch._foreach_lerp_(exp_avgs, c, 1.0 - beta1)
 
 
