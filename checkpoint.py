@@ -29,7 +29,7 @@ from typing import IO, Any
 
 import torch
 
-from data.shards import atomic_write, fsync_directory
+from data.shards import atomic_write, file_sha256, fsync_directory
 from model import GPT, GPTConfig
 from runtime import InputError
 
@@ -127,12 +127,9 @@ def verify_checksum(path: str) -> str | None:
         return None
     with open(checksum_path(path)) as f:
         expected = f.read().strip()
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            sha.update(chunk)
-    if sha.hexdigest() != expected:
-        return f"its sha256 {sha.hexdigest()[:12]}... differs from the recorded {expected[:12]}... (corrupt or cut short)"
+    actual = file_sha256(path)
+    if actual != expected:
+        return f"its sha256 {actual[:12]}... differs from the recorded {expected[:12]}... (corrupt or cut short)"
     return None
 
 

@@ -68,6 +68,14 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """Whether flag holds on some rank (a collective: every rank calls it at the same point)."""
+    value = torch.tensor(float(flag), device=device)
+    if dist.is_initialized():
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
 def resolve_dtype(dtype_setting: str, device: torch.device) -> str:
     """'auto' is bf16 on CUDA and fp32 elsewhere."""
     if dtype_setting != "auto":
@@ -139,10 +147,7 @@ class StopSignal:
 
     def agreed(self, device: torch.device) -> bool:
         """Whether any rank got a signal (a collective: every rank calls it at the same step)."""
-        flag = torch.tensor(float(self.received is not None), device=device)
-        if dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        self.requested = bool(flag.item())
+        self.requested = any_rank(self.received is not None, device)
         return self.requested
 
 

@@ -39,7 +39,7 @@ from optim.diagnostics import parameter_kinds, update_and_weight_rms, weights_be
 from optim.schedule import set_learning_rates
 from runlog import RunLog
 from runtime import (
-    Runtime, StopSignal, all_reduce_sum, autocast_context, close_runtime, code_version, configure_device,
+    Runtime, StopSignal, all_reduce_sum, any_rank, autocast_context, close_runtime, code_version, configure_device,
     exit_on_input_error, init_runtime, resolve_dtype,
 )
 
@@ -107,14 +107,6 @@ def gather_rng_states(rt: Runtime) -> list[dict]:
     return states
 
 
-def agree(ok: bool, rt: Runtime) -> bool:
-    """Whether `ok` holds on every rank (a collective)."""
-    flag = torch.tensor(float(ok), device=rt.device)
-    if rt.distributed:
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
-
-
 def save_on_main_rank(state: dict, cfg: TrainConfig, best: bool, rt: Runtime, log: RunLog) -> None:
     """Rank 0 writes the checkpoint; every rank learns whether it could (a failed write stops them all)."""
     error = None
@@ -124,7 +116,7 @@ def save_on_main_rank(state: dict, cfg: TrainConfig, best: bool, rt: Runtime, lo
             log.print(f"step {state['step']}: saved {path}")
         except CheckpointError as e:
             error = e
-    if not agree(error is None, rt):
+    if any_rank(error is not None, rt.device):
         raise error or CheckpointError("rank 0 could not write the checkpoint; see its error")
 
 

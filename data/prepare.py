@@ -61,7 +61,7 @@ from tqdm import tqdm
 # `datasets` is imported where sources are read, so that tokenising local text (data/quickstart.py)
 # does not need it.
 
-from data.shards import ShardError, atomic_write, open_shard, write_shard
+from data.shards import ShardError, atomic_write, file_sha256, open_shard, write_shard
 from data.tokenizer import TOKENIZERS, get_encoding
 
 DEFAULT_SHARD_SIZE = 100_000_000  # tokens; 200 MB per shard
@@ -337,11 +337,6 @@ class SplitWriter:
 
     def state(self) -> dict:
         return dict(documents=self.documents, tokens=self.tokens, shards=self.shards, pending=self.pending)
-
-
-def file_sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def read_manifest(out_dir: str) -> dict | None:

@@ -6,6 +6,7 @@ token count, zeros) followed by the tokens as little-endian uint16.
 """
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Iterator
 from typing import IO
@@ -34,6 +35,12 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO]:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_directory(os.path.dirname(path) or ".")
+
+
+def file_sha256(path: str) -> str:
+    """The hex sha256 of a file's bytes (shards, checkpoints), read in chunks."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def fsync_directory(path: str) -> None:
