@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from checkpoint import has_checkpoint
 from runtime import InputError, exit_on_input_error
-from scripts.report import load_run
+from scripts.report import Run, load_run
 
 DIVERGED = "diverged.txt"
 
@@ -78,7 +78,7 @@ def run_seed(root: str, point: Point, seed: int, base: list[str], recipes: dict[
              device: str | None) -> None:
     """Train one seed of a point unless it is finished or diverged; resume it if it has a checkpoint."""
     out_dir = os.path.join(point.folder(root), f"seed{seed}")
-    if os.path.exists(os.path.join(out_dir, DIVERGED)) or finished(out_dir):
+    if os.path.exists(os.path.join(out_dir, DIVERGED)) or finished_run(out_dir):
         return
     args = base + recipes[point.recipe] + [f"--{k}={v}" for k, v in point.values] + [
         f"--seed={seed}", f"--out_dir={out_dir}", f"--init_from={'resume' if has_checkpoint(out_dir) else 'scratch'}"]
@@ -98,9 +98,10 @@ def run_seed(root: str, point: Point, seed: int, base: list[str], recipes: dict[
             raise InputError(f"run {out_dir} failed (exit {proc.returncode}); see {out_dir}/train.log:\n{tail}")
 
 
-def finished(out_dir: str) -> bool:
+def finished_run(out_dir: str) -> Run | None:
+    """The run in out_dir if it trained to its end, else None."""
     run = load_run(out_dir) if os.path.exists(os.path.join(out_dir, "metrics.jsonl")) else None
-    return run is not None and run.complete
+    return run if run is not None and run.complete else None
 
 
 def score(root: str, point: Point, seeds: list[int]) -> Score:
@@ -109,8 +110,8 @@ def score(root: str, point: Point, seeds: list[int]) -> Score:
         out_dir = os.path.join(point.folder(root), f"seed{seed}")
         if os.path.exists(os.path.join(out_dir, DIVERGED)):
             diverged += 1
-        elif finished(out_dir):
-            losses.append(load_run(out_dir).best_val_loss)
+        elif run := finished_run(out_dir):
+            losses.append(run.best_val_loss)
     return Score(losses, diverged)
 
 
