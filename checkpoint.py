@@ -24,6 +24,7 @@ import glob
 import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass, fields
 from typing import IO, Any
 
@@ -31,7 +32,7 @@ import torch
 
 from data.shards import atomic_write, file_sha256, fsync_directory
 from model import GPT, GPTConfig
-from runtime import InputError
+from runtime import InputError, device_type, resolve_dtype, write_failure
 
 LATEST = "ckpt.pt"
 BEST = "ckpt_best.pt"
@@ -55,14 +56,19 @@ def checksum_path(path: str) -> str:
 
 
 class _HashingWriter:
-    """A file wrapper that hashes what is written through it (no second read of a large file)."""
+    """A file wrapper that hashes what is written through it (no second read of a large file), and
+    keeps the OSError of a failed write: torch's zip writer re-raises it as a RuntimeError."""
 
     def __init__(self, f: IO[bytes]):
-        self.f, self.sha = f, hashlib.sha256()
+        self.f, self.sha, self.error = f, hashlib.sha256(), None
 
     def write(self, data) -> int:
         self.sha.update(data)
-        return self.f.write(data)
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
 
     def flush(self) -> None:
         self.f.flush()
@@ -72,23 +78,25 @@ def save_checkpoint(out_dir: str, state: dict, keep: int, best: bool = False, ke
     """Write state as out_dir/ckpt_<step>.pt with its checksum, point ckpt.pt (and, when best,
     ckpt_best.pt) at it, then remove what is beyond the newest `keep`. Returns its path."""
     path = step_path(out_dir, state["step"])
-    try:
+    try:  # (atomic_write removes its temporary file when the write fails)
         with atomic_write(path) as f:
             writer = _HashingWriter(f)
-            torch.save(state, writer)
+            try:
+                torch.save(state, writer)
+            except RuntimeError as e:
+                if writer.error is None:
+                    raise
+                raise writer.error from e  # a full disk, as torch's zip writer reports it
         with atomic_write(checksum_path(path), "w") as f:
             f.write(writer.sha.hexdigest() + "\n")
         _link(path, os.path.join(out_dir, LATEST))
         if best and keep_best:
             _link(path, os.path.join(out_dir, BEST))
     except OSError as e:
-        for leftover in (path + ".tmp", checksum_path(path) + ".tmp"):
-            if os.path.exists(leftover):
-                os.remove(leftover)
-        raise CheckpointError(
-            f"could not write checkpoint {path} ({e.strerror or e}); the previous checkpoints in {out_dir} are "
-            "untouched. Free disk space (or lower ckpt_keep), then resume with --init_from=resume"
-        ) from e
+        if os.path.exists(path) and not os.path.exists(checksum_path(path)):
+            os.remove(path)  # complete but unverifiable, and it takes the space the next try needs
+        raise CheckpointError(f"could not write checkpoint {path} {write_failure(e)}; then resume with "
+                              f"--init_from=resume. The previous checkpoints in {out_dir} are untouched") from e
     for old in step_checkpoints(out_dir)[keep:]:
         for p in (old, checksum_path(old)):
             if os.path.exists(p):
@@ -121,27 +129,48 @@ def has_checkpoint(out_dir: str) -> bool:
     return bool(step_checkpoints(out_dir)) or os.path.exists(os.path.join(out_dir, LATEST))
 
 
-def verify_checksum(path: str) -> str | None:
-    """None when path's bytes match its recorded checksum (or none is recorded); else why not."""
-    if not os.path.exists(checksum_path(path)):
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def recorded_checksum(path: str) -> str | None:
+    """The sha256 recorded for a checkpoint: its own .sha256, or for ckpt.pt and ckpt_best.pt (hard links)
+    that of the ckpt_<step>.pt they are; None when none is recorded."""
+    for candidate in [path] + step_checkpoints(os.path.dirname(path) or "."):
+        if os.path.exists(checksum_path(candidate)) and (candidate == path or os.path.samefile(candidate, path)):
+            with open(checksum_path(candidate)) as f:
+                return f.read().strip()
+    return None
+
+
+def verify_checksum(path: str, log=_to_stderr) -> str | None:
+    """None when path's bytes match its recorded checksum; else why not. A checkpoint with no checksum
+    recorded (older runs; ckpt.pt copied elsewhere) loads with a warning through log."""
+    expected = recorded_checksum(path)
+    if expected is None:
+        log(f"warning: no checksum recorded for {path} (no {os.path.basename(checksum_path(path))} beside it, "
+            "and no ckpt_<step>.pt it links to): loading it unverified")
         return None
-    with open(checksum_path(path)) as f:
-        expected = f.read().strip()
     actual = file_sha256(path)
     if actual != expected:
         return f"its sha256 {actual[:12]}... differs from the recorded {expected[:12]}... (corrupt or cut short)"
     return None
 
 
-def load_checkpoint(path: str, device: str | torch.device = "cpu") -> dict:
-    """A checkpoint file's contents, or a CheckpointError naming what is wrong with it."""
+def load_checkpoint(path: str, verify: bool = True, log=_to_stderr) -> dict:
+    """A checkpoint file's contents, or a CheckpointError naming what is wrong with it.
+
+    Always loaded on the CPU and memory-mapped: a tensor's bytes are read from the file when it is
+    used, so a caller that takes only the model never reads the optimizer state, and the caller
+    moves what it uses to its device (CUDA RNG states, for one, must stay CPU tensors).
+    verify=False skips the sha256 pass (a resume's other ranks: rank 0 has verified the file)."""
     if not os.path.exists(path):
         raise CheckpointError(f"no checkpoint at {path}; check the path (train.py writes <out_dir>/ckpt.pt)")
-    problem = verify_checksum(path)
+    problem = verify_checksum(path, log) if verify else None
     if problem:
         raise CheckpointError(f"{path}: {problem}")
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated zip, not a torch file, unpickling refused: all mean unusable
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {first_line[:200]}); "
@@ -152,13 +181,13 @@ def load_checkpoint(path: str, device: str | torch.device = "cpu") -> dict:
     return ckpt
 
 
-def load_latest(out_dir: str, device: torch.device, log=print) -> tuple[str, dict]:
-    """The newest checkpoint in out_dir that verifies and loads; names each one skipped and why."""
+def load_latest(out_dir: str, log=print) -> tuple[str, dict]:
+    """The newest checkpoint in out_dir that verifies and loads (on the CPU); names each one skipped and why."""
     candidates = step_checkpoints(out_dir) or [os.path.join(out_dir, LATEST)]
     skipped = []
     for path in candidates:
         try:
-            ckpt = load_checkpoint(path, device)
+            ckpt = load_checkpoint(path, log=log)
         except CheckpointError as e:
             skipped.append(str(e))
             log(f"skipping checkpoint: {e}")
@@ -182,6 +211,14 @@ def check_resumable(ckpt: dict, path: str, config: dict, model_args: dict, finge
     changed = {k: (v, config.get(k)) for k, v in ckpt["config"].items()
                if k not in RESUME_ONLY_KEYS and config.get(k) != v}
     state_shaping = {k: changed[k] for k in (*STATE_KEYS, *state_keys) if k in changed}
+    if "dtype" in state_shaping:
+        # 'auto' names bf16 on CUDA and fp32 on CPU: compare the precisions the two runs compute in, so
+        # 'auto' -> 'float32' on CPU is a change of words only (the checkpoint's run was on CUDA if it
+        # saved CUDA generator states).
+        old_device = "cuda" if any(r.get("cuda") is not None for r in ckpt.get("rng", [])) else "cpu"
+        old_dtype = resolve_dtype(ckpt["config"]["dtype"], torch.device(old_device))
+        if old_dtype == resolve_dtype(config["dtype"], torch.device(device_type(config["device"]))):
+            del state_shaping["dtype"]
     if state_shaping:
         raise CheckpointError(f"{path} was trained with other optimizer or precision settings "
                               f"(old, new): {state_shaping}; its state cannot continue under the new ones")
@@ -219,17 +256,22 @@ def restore_training_state(ckpt: dict, model: torch.nn.Module, optimizer: torch.
     return RunState(step=ckpt["step"], best_val_loss=ckpt["best_val_loss"])
 
 
-def model_from_checkpoint(ckpt: dict, device: str = "cpu") -> GPT:
-    """The model a loaded checkpoint holds, in eval mode."""
+def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> GPT:
+    """The model a loaded checkpoint holds, on device, in eval mode. Built on the meta device and
+    given the checkpoint's tensors, so the host holds the weights once (memory-mapped) and nothing
+    else of the checkpoint is read."""
     model_args = ckpt["model_args"]
-    model = GPT(GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)}))
-    model.load_state_dict(ckpt["model"])
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)}))
+    model.load_state_dict(ckpt["model"], assign=True)
+    model.tie_weights()  # assign gave the embedding and the head separate Parameters
     return model.to(device).eval()
 
 
-def load_model(path: str, device: str = "cpu") -> GPT:
-    """The model stored in a train.py checkpoint, in eval mode (for eval/, sample.py, export)."""
-    return model_from_checkpoint(load_checkpoint(path, device), device)
+def load_model(path: str, device: str | torch.device = "cpu") -> GPT:
+    """The model stored in a train.py checkpoint, on device, in eval mode (for eval/, sample.py, export):
+    the optimizer state is never read."""
+    return model_from_checkpoint(load_checkpoint(path), device)
 
 
 def tokenizer_of(ckpt: dict) -> str:

@@ -107,13 +107,17 @@ class GPT(nn.Module):
             )
         )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.tie_weights()
 
         # GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer).
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def tie_weights(self) -> None:
+        """The token embedding and the lm_head share one matrix (GPT-2's weight tying)."""
+        self.transformer.wte.weight = self.lm_head.weight
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
@@ -156,17 +160,21 @@ class GPT(nn.Module):
         cfg = self.config
         return 6 * self.num_params(non_embedding=True) + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
-    def estimate_mfu(self, tokens_per_second: float, peak_flops: float) -> float:
+    def estimate_mfu(self, tokens_per_second: float, peak_flops: float, passes_per_step: int = 1) -> float:
         """Model FLOPs utilisation: achieved training FLOP/s over the device's
-        peak (bf16 dense: A100 312e12, H100/H200 989e12)."""
-        return self.flops_per_token() * tokens_per_second / peak_flops
+        peak (bf16 dense: A100 312e12, H100/H200 989e12). passes_per_step: forward-backward
+        passes over each step's tokens (2 for MARS-exact, whose second gradient is work too)."""
+        return self.flops_per_token() * tokens_per_second * passes_per_step / peak_flops
 
     @torch.no_grad()
     def generate(
         self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Continue idx (b, t) by max_new_tokens sampled tokens. temperature 0 is greedy."""
+        """Continue idx (b, t) by max_new_tokens sampled tokens, in eval mode (no dropout). temperature 0
+        is greedy."""
+        was_training = self.training
+        self.eval()
         for _ in range(max_new_tokens):
             idx_cond = idx[:, -self.config.block_size :]
             logits, _ = self(idx_cond)
@@ -177,8 +185,9 @@ class GPT(nn.Module):
                 logits = logits / temperature
                 if top_k is not None:
                     v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                    logits[logits < v[:, [-1]]] = -float("inf")
+                    logits = logits.masked_fill(logits < v[:, [-1]], -float("inf"))  # (no host sync)
                 probs = F.softmax(logits, dim=-1)
                 idx_next = torch.multinomial(probs, num_samples=1, generator=generator)
             idx = torch.cat((idx, idx_next), dim=1)
+        self.train(was_training)
         return idx

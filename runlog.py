@@ -5,10 +5,42 @@ optionally, Weights & Biases. One RunLog per process; on ranks other than 0 it
 exists and does nothing, so the training loop never asks which rank it is on.
 """
 
+import fcntl
 import hashlib
 import json
 import os
+import socket
 import sys
+from typing import IO
+
+from data.shards import atomic_write
+from runtime import InputError, write_failure
+
+LOCK = "run.lock"  # held by the run writing this out_dir (lock_out_dir)
+
+
+def lock_out_dir(out_dir: str) -> IO[str]:
+    """An exclusive lock on out_dir for as long as this process holds the returned file (flock on
+    out_dir/run.lock; the kernel releases it when the process ends, however it ends): two runs
+    writing one out_dir would mix their checkpoints, config.json and metrics rows."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        lock = open(os.path.join(out_dir, LOCK), "a+")
+    except OSError as e:
+        raise InputError(f"cannot write the run's outputs in {out_dir} {write_failure(e)}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise InputError(f"{out_dir} is in use by another run ({holder}): two runs in one out_dir would mix their "
+                         "checkpoints and logs. Wait for it to end, or choose another out_dir") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    lock.flush()
+    return lock
 
 
 class RunLog:
@@ -25,11 +57,14 @@ class RunLog:
         project is given, and a progress bar on a terminal."""
         if not self.enabled:
             return
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "config.json"), "w") as f:
-            json.dump(run_info, f, indent=2)
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+            with atomic_write(os.path.join(out_dir, "config.json"), "w") as f:  # (a full disk keeps the old one)
+                json.dump(run_info, f, indent=2)
+            self.metrics_file = open(os.path.join(out_dir, "metrics.jsonl"), "a" if resume else "w")
+        except OSError as e:
+            raise InputError(f"cannot write the run's outputs in {out_dir} {write_failure(e)}") from None
         self.print(json.dumps(run_info["config"], indent=1))
-        self.metrics_file = open(os.path.join(out_dir, "metrics.jsonl"), "a" if resume else "w")
         if wandb_project:
             import wandb
 
@@ -49,8 +84,12 @@ class RunLog:
     def write(self, row: dict) -> None:
         """One metrics row (it has a 'type' and a 'step'), to metrics.jsonl and W&B."""
         if self.metrics_file is not None:
-            self.metrics_file.write(json.dumps(row) + "\n")
-            self.metrics_file.flush()
+            try:
+                self.metrics_file.write(json.dumps(row) + "\n")
+                self.metrics_file.flush()
+            except OSError as e:
+                raise InputError(f"cannot append to {self.metrics_file.name} {write_failure(e)}; then resume with "
+                                 "--init_from=resume (the checkpoints are untouched)") from None
             if self.wandb is not None:
                 self.wandb.log(row, step=row["step"])
 

@@ -8,11 +8,14 @@ import argparse
 import contextlib
 import ctypes
 import datetime
+import errno
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ContextManager
 
@@ -38,10 +41,23 @@ class Runtime:
         return self.rank == 0
 
 
+def device_type(device_setting: str) -> str:
+    """What a device setting (auto | cpu | cuda | cuda:N) runs on here: 'cuda' or 'cpu' (auto: a GPU if any)."""
+    if device_setting == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if device_setting.startswith("cuda") else "cpu"
+
+
 def init_runtime(device_setting: str) -> Runtime:
     """Join the process group when torchrun started us (RANK/LOCAL_RANK/WORLD_SIZE set),
-    NCCL on GPUs and gloo on CPU. device_setting: auto | cpu | cuda | cuda:N."""
-    use_cuda = device_setting.startswith("cuda") or (device_setting == "auto" and torch.cuda.is_available())
+    NCCL on GPUs and gloo on CPU. device_setting: auto | cpu | cuda | cuda:N, and present on this
+    machine (an InputError naming it otherwise, before any work)."""
+    if device_setting != "auto":
+        try:
+            check_device(device_setting)
+        except InputError as e:
+            raise InputError(f"config key 'device': {e}") from None
+    use_cuda = device_type(device_setting) == "cuda"
     if "RANK" not in os.environ:
         device = torch.device((device_setting if device_setting != "auto" else "cuda") if use_cuda else "cpu")
         return Runtime(0, 0, 1, device)
@@ -66,6 +82,15 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized():
         dist.all_reduce(t)
     return t
+
+
+def broadcast_from_main(obj: object) -> object:
+    """Rank 0's obj (picklable) on every rank (a collective; obj itself without torch.distributed)."""
+    if not dist.is_initialized():
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:
@@ -150,9 +175,75 @@ class StopSignal:
         self.requested = any_rank(self.received is not None, device)
         return self.requested
 
+    @property
+    def exit_status(self) -> int:
+        """The run's exit status: 0 when it finished, else 128 + the signal's number (143 for SIGTERM, 130 for
+        Ctrl-C; SIGTERM's on a rank stopped by another's signal), as a shell reports a process the signal
+        ended: a job wrapper tells a preempted run, to resume, from a finished one."""
+        if not self.requested:
+            return 0
+        return 128 + signal.Signals[self.received or "SIGTERM"].value
+
+
+class Watchdog:
+    """Ends a distributed run whose loop stops making progress. A frozen rank (a hung node or
+    filesystem, SIGSTOP) leaves the others waiting in a collective, silently, for the process group's
+    timeout, which is 60 minutes because rank 0 may take that long to write a checkpoint. So the loop
+    calls beat() once a step; when `timeout` seconds pass without one, this process prints the step it
+    is stuck after and exits with status 1 (torchrun then ends the job). Checkpoint writes run inside
+    paused(), keeping the 60 minutes. Armed from the first beat(): what comes before it has the
+    group's timeout alone. timeout 0 never fires."""
+
+    def __init__(self, timeout: float, rank: int) -> None:
+        self.timeout, self.rank = timeout, rank
+        self.step: int | None = None  # steps done at the last beat; None while unarmed or paused
+        self.since = time.monotonic()
+        self.closed = threading.Event()
+        if timeout > 0:
+            threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+
+    def beat(self, step: int) -> None:
+        self.since = time.monotonic()
+        self.step = step
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        step, self.step = self.step, None
+        try:
+            yield
+        finally:
+            if step is not None:
+                self.beat(step)
+
+    def close(self) -> None:
+        self.closed.set()
+
+    def _watch(self) -> None:
+        # (A thread: the main thread is blocked inside the collective, out of Python's reach.)
+        while not self.closed.wait(min(self.timeout / 10, 1.0)):
+            step = self.step
+            if step is not None and time.monotonic() - self.since > self.timeout:
+                print(f"error: rank {self.rank}: no step completed for {self.timeout:g} s after step {step} "
+                      "(step_timeout): another rank is most likely frozen or dead and this one waits for it in a "
+                      "collective; stopping. Check the other ranks' nodes and logs, then resume with "
+                      "--init_from=resume (or raise step_timeout if a step really takes this long)",
+                      file=sys.stderr, flush=True)
+                os._exit(1)  # sys.exit cannot unwind a thread stuck in C++; the checkpoints are complete files
+
 
 class InputError(Exception):
     """Bad input from the user (a path, a file's contents, a name): the message names it and the fix."""
+
+
+def write_failure(e: OSError) -> str:
+    """Why a write failed and what to do, for a message: '(No space left on device); free disk space'."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free disk space (or lower ckpt_keep), or raise the quota or file-size limit"
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make the folder writable, or choose another out_dir"
+    else:
+        fix = "check the folder and its file system"
+    return f"({e.strerror or e}); {fix}"
 
 
 @contextlib.contextmanager
@@ -169,21 +260,29 @@ def exit_on_input_error(*errors: type[BaseException]):
 # Command-line argument types shared by the entry points (argparse names the argument in its error).
 
 
-def device_arg(text: str) -> str:
-    """--device: cpu, cuda or cuda:N, and present on this machine."""
+def check_device(text: str) -> str:
+    """text when it names a device this machine has (cpu, cuda or cuda:N); else an InputError saying why
+    (train.py's device setting and the other entry points' --device)."""
     try:
         device = torch.device(text)
     except RuntimeError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a device; use cpu, cuda or cuda:N") from None
+        raise InputError(f"'{text}' is not a device; use cpu, cuda or cuda:N") from None
     if device.type not in ("cpu", "cuda"):
-        raise argparse.ArgumentTypeError(f"'{text}': only cpu and cuda devices are supported")
+        raise InputError(f"'{text}': only cpu and cuda devices are supported")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError(f"'{text}': this machine has no usable CUDA GPU; use --device cpu")
+        raise InputError(f"'{text}': this machine has no usable CUDA GPU; use cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise argparse.ArgumentTypeError(
-            f"'{text}': this machine has {torch.cuda.device_count()} GPU(s), cuda:0 to "
-            f"cuda:{torch.cuda.device_count() - 1}")
+        raise InputError(f"'{text}': this machine has {torch.cuda.device_count()} GPU(s), cuda:0 to "
+                         f"cuda:{torch.cuda.device_count() - 1}")
     return text
+
+
+def device_arg(text: str) -> str:
+    """--device: cpu, cuda or cuda:N, and present on this machine."""
+    try:
+        return check_device(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def at_least(minimum: float, kind: type = int) -> Callable[[str], float]:

@@ -13,7 +13,7 @@ import argparse
 import torch
 
 from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
-from data.tokenizer import get_encoding
+from eval.scoring import model_encoding
 from model import GPT
 from runtime import InputError, at_least, device_arg, exit_on_input_error
 
@@ -37,7 +37,7 @@ def generate_samples(
     seed: int, device: str, tokenizer: str = "gpt2",
 ) -> list[str]:
     """num_samples continuations of prompt (each including the prompt), reproducible by seed."""
-    enc = get_encoding(tokenizer)
+    enc = model_encoding(tokenizer, model.config.vocab_size, "the checkpoint's model")
     start = enc.encode(prompt, allowed_special="all") or [enc.eot_token]
     idx = torch.tensor([start] * num_samples, dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> list[str]:
 
     with exit_on_input_error():
         prompt = read_prompt(args.prompt)
-        ckpt = load_checkpoint(args.checkpoint, args.device)
+        ckpt = load_checkpoint(args.checkpoint)
         samples = generate_samples(model_from_checkpoint(ckpt, args.device), prompt, args.num_samples,
                                    args.max_new_tokens, args.temperature, args.top_k or None, args.seed, args.device,
                                    tokenizer_of(ckpt))

@@ -19,7 +19,7 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import ContextManager
+from typing import IO, ContextManager
 
 import numpy as np
 import torch
@@ -27,20 +27,21 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from checkpoint import (
-    CheckpointError, RunState, check_resumable, has_checkpoint, load_latest, restore_training_state, save_checkpoint,
-    training_state,
+    CheckpointError, RunState, check_resumable, has_checkpoint, load_checkpoint, load_latest, restore_training_state,
+    save_checkpoint, training_state,
 )
 from config import ConfigError, TrainConfig, load_config
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
+from data.prepare import PrepareError, check_complete
 from data.shards import ShardError
 from model import GPT, GPTConfig
-from optim import OPTIMIZERS, build_optimizer
+from optim import OPTIMIZERS, build_optimizer, gradients_per_step
 from optim.diagnostics import parameter_kinds, update_and_weight_rms, weights_before_step
 from optim.schedule import set_learning_rates
-from runlog import RunLog
+from runlog import RunLog, lock_out_dir
 from runtime import (
-    Runtime, StopSignal, all_reduce_sum, any_rank, autocast_context, close_runtime, code_version, configure_device,
-    exit_on_input_error, init_runtime, resolve_dtype,
+    InputError, Runtime, StopSignal, Watchdog, all_reduce_sum, any_rank, autocast_context, broadcast_from_main,
+    close_runtime, code_version, configure_device, exit_on_input_error, init_runtime, resolve_dtype,
 )
 
 # Dense bf16 FLOP/s by a name in the device's (the first that matches: H100 PCIe and NVL before H100 SXM)
@@ -60,9 +61,9 @@ class Data:
 
 
 def load_data(cfg: TrainConfig, rt: Runtime) -> Data:
-    data_dir = cfg.data_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", cfg.dataset)
-    train_windows = TokenWindows(data_dir, "train", cfg.block_size)
-    val_windows = TokenWindows(data_dir, "val", cfg.block_size)
+    data_dir = cfg.data_path()
+    train_windows = TokenWindows(data_dir, "train", cfg.block_size, cfg.vocab_size)
+    val_windows = TokenWindows(data_dir, "val", cfg.block_size, cfg.vocab_size)
     train_batches = TrainBatches(train_windows, cfg.seed, cfg.total_batch_size // cfg.block_size)
     val_ids = validation_window_ids(val_windows, cfg.eval_sequences)[rt.rank :: rt.world_size]
     return Data(train_batches, val_windows, val_ids, train_windows.fingerprint())
@@ -78,10 +79,37 @@ def check_out_dir(out_dir: str, resume: bool, eval_only: bool) -> None:
                           "--init_from=resume, or choose another out_dir (a new run would overwrite it)")
 
 
+def claim_out_dir(out_dir: str, rt: Runtime) -> IO | None:
+    """Rank 0 locks out_dir for this run (runlog.lock_out_dir); on a refusal every rank stops."""
+    lock, error = None, None
+    if rt.is_main:
+        try:
+            lock = lock_out_dir(out_dir)
+        except InputError as e:
+            error = str(e)
+    error = broadcast_from_main(error)
+    if error:
+        raise InputError(error)
+    return lock
+
+
 def resume_run(cfg: TrainConfig, rt: Runtime, model: GPT, optimizer: torch.optim.Optimizer,
                scaler: torch.amp.GradScaler, fingerprint: list, log: RunLog) -> RunState:
-    """Restore the newest usable checkpoint in out_dir, after checking it can continue this run."""
-    path, ckpt = load_latest(cfg.out_dir, rt.device, log.print)
+    """Restore the newest usable checkpoint in out_dir, after checking it can continue this run.
+    Rank 0 verifies the candidates (a sha256 pass each) and tells the others which one to load. Every
+    rank loads it memory-mapped on the CPU: load_state_dict moves the tensors to the model's device,
+    and the RNG states stay CPU tensors, as torch.set_rng_state and torch.cuda.set_rng_state need."""
+    path, ckpt, error = None, None, None
+    if rt.is_main:
+        try:
+            path, ckpt = load_latest(cfg.out_dir, log.print)
+        except CheckpointError as e:
+            error = str(e)
+    path, error = broadcast_from_main((path, error))
+    if error:
+        raise CheckpointError(error)
+    if ckpt is None:
+        ckpt = load_checkpoint(path, verify=False)
     changed = check_resumable(ckpt, path, cfg.to_dict(), cfg.model_args(), fingerprint,
                               OPTIMIZERS[cfg.optimizer].state_keys)
     log.print(f"resuming {path} at step {ckpt['step']}" + (f"; config changes (old, new): {changed}" if changed else ""))
@@ -125,6 +153,15 @@ def peak_flops(cfg: TrainConfig, device: torch.device) -> float:
     if cfg.peak_flops or device.type != "cuda":
         return cfg.peak_flops
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in torch.cuda.get_device_name(device)), 0.0)
+
+
+def ddp_bucket_mb(cfg: TrainConfig, model: GPT) -> float:
+    """DDP's gradient bucket size: the config's, else one transformer block's fp32 gradients. Compiled,
+    DDP splits the graph at every bucket boundary (to overlap the all-reduce with the backward), so
+    torch's default of 25 MB cut GPT-2 XL's graph ~250 times; a block per bucket cuts it n_layer times."""
+    if cfg.ddp_bucket_mb:
+        return cfg.ddp_bucket_mb
+    return 4 * sum(p.numel() for p in model.transformer.h[0].parameters()) / 2**20
 
 
 # -----------------------------------------------------------------------------
@@ -225,20 +262,27 @@ class LogWindow:
         """Mean training loss of the window over all ranks (a collective); stops the run on NaN/inf."""
         mean = all_reduce_sum(self.loss_sum.clone()).item() / max(self.steps, 1) / rt.world_size
         if not math.isfinite(mean):
+            fix = "Lower learning_rate, raise warmup_iters or set grad_clip, then"
+            if has_checkpoint(out_dir):
+                raise FloatingPointError(
+                    f"training loss is {mean} at step {step}: stopping without saving, so "
+                    f"{os.path.join(out_dir, 'ckpt.pt')} still holds the last good state. {fix} rerun with "
+                    "--init_from=resume.")
             raise FloatingPointError(
-                f"training loss is {mean} at step {step}: stopping without saving, so "
-                f"{os.path.join(out_dir, 'ckpt.pt')} still holds the last good state. Lower learning_rate, raise "
-                "warmup_iters or set grad_clip, then rerun with --init_from=resume."
-            )
+                f"training loss is {mean} at step {step}, before the run's first checkpoint: stopping; {out_dir} "
+                f"holds no checkpoint to resume. {fix} start again (--init_from=scratch).")
         return mean
 
-    def train_row(self, loss: float, step: int, grad_norm: torch.Tensor, cfg: TrainConfig) -> dict:
-        """The metrics row of the window; starts the next window."""
+    def train_row(self, loss: float, step: int, grad_norm: torch.Tensor, diagnostics: dict[str, torch.Tensor],
+                  cfg: TrainConfig) -> dict:
+        """The metrics row of the window, its device values read in one host sync; starts the next window."""
+        grad_norm_value, clipped_steps, *diagnostic_values = torch.stack(
+            [grad_norm.float(), self.clipped_steps, *(value.float() for value in diagnostics.values())]).tolist()
         elapsed = time.time() - self.start_time
         row = dict(type="train", step=step, tokens=step * cfg.total_batch_size, loss=loss,
-                   grad_norm=grad_norm.item(), clip_rate=self.clipped_steps.item() / self.steps,
+                   grad_norm=grad_norm_value, clip_rate=clipped_steps / self.steps,
                    tokens_per_s=self.steps * cfg.total_batch_size / elapsed,
-                   ms_per_step=1000 * elapsed / self.steps, time=time.time())
+                   ms_per_step=1000 * elapsed / self.steps, time=time.time(), **dict(zip(diagnostics, diagnostic_values)))
         self.loss_sum.zero_()
         self.clipped_steps.zero_()
         self.steps, self.start_time = 0, time.time()
@@ -261,7 +305,8 @@ def print_sample(model: GPT, tokenizer: str, tokens: int, seed: int, device: tor
 # The loop
 
 
-def train(cfg: TrainConfig) -> None:
+def train(cfg: TrainConfig) -> int:
+    """Train (or, eval_only, score the checkpoint); returns the exit status (StopSignal.exit_status)."""
     rt = init_runtime(cfg.device)
     configure_device(rt.device, cfg.deterministic)
     dtype = resolve_dtype(cfg.dtype, rt.device)
@@ -271,6 +316,7 @@ def train(cfg: TrainConfig) -> None:
     data = load_data(cfg, rt)
     total_iters = cfg.total_iters()
     resume = cfg.init_from == "resume" or cfg.eval_only  # eval_only scores the run's checkpoint
+    out_dir_lock = None if cfg.eval_only else claim_out_dir(cfg.out_dir, rt)  # held while this process lives
     check_out_dir(cfg.out_dir, resume, cfg.eval_only)
     torch.manual_seed(cfg.seed)
     raw_model = GPT(GPTConfig(**cfg.model_args())).to(rt.device)
@@ -285,9 +331,16 @@ def train(cfg: TrainConfig) -> None:
         val_loss = evaluate(raw_model, data.val_windows, data.val_ids, cfg.micro_batch_size, rt, autocast)
         log.print(f"checkpoint of {cfg.out_dir} at step {run.step}: val loss {val_loss:.4f}")
         close_runtime(rt)
-        return
+        return 0
+    if run.step > total_iters:  # the loop stops when run.step reaches total_iters: it never would
+        length = f"max_tokens={cfg.max_tokens}" if cfg.max_tokens else f"max_iters={cfg.max_iters}"
+        raise ConfigError(f"the checkpoint in {cfg.out_dir} is at step {run.step}, beyond this run's {total_iters} "
+                          f"steps ({length}); raise {length.split('=')[0]} to continue the run (or score the "
+                          "checkpoint with --eval_only=True)")
     model = torch.compile(raw_model) if cfg.compile else raw_model
-    model = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None) if rt.distributed else model
+    if rt.distributed:
+        model = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
+                    bucket_cap_mb=ddp_bucket_mb(cfg, raw_model))
     version = code_version()
     log.open(cfg.out_dir, dict(config=cfg.to_dict(), code_version=version, world_size=rt.world_size,
                                grad_accum_steps=cfg.grad_accum_steps(rt.world_size), total_iters=total_iters,
@@ -298,15 +351,18 @@ def train(cfg: TrainConfig) -> None:
         from eval.hellaswag import evaluate_hellaswag, load_hellaswag
 
         hellaswag_examples = load_hellaswag(cfg.hellaswag_file or None)[: cfg.hellaswag_examples or None]
-    flops = peak_flops(cfg, rt.device)
+    flops, passes_per_step = peak_flops(cfg, rt.device), gradients_per_step(cfg.to_dict())
     kinds = parameter_kinds(raw_model) if cfg.log_diagnostics else None
     stop = StopSignal()
+    watchdog = Watchdog(cfg.step_timeout if rt.distributed else 0, rt.rank)  # a frozen rank stops the run
     window = LogWindow(rt.device)
     start_step, ckpt_interval = run.step, cfg.ckpt_interval or cfg.eval_interval
 
     # `run.step` counts completed optimizer steps. The checks that need the host (NaN/inf loss,
     # stop signals, logging) run every log_interval steps and before a checkpoint.
     while True:
+        if run.step > start_step:  # from the second step on: compiling the first can take minutes
+            watchdog.beat(run.step)
         pause_start = time.time()  # evaluation and checkpoints are left out of tokens/s
         last_step, new_best = run.step == total_iters, False
         evaluate_now = run.step > start_step or not resume  # a resumed step was evaluated before it was saved
@@ -321,7 +377,7 @@ def train(cfg: TrainConfig) -> None:
                            time=time.time()))
         if evaluate_now and hellaswag_examples and (run.step % cfg.hellaswag_interval == 0 or last_step):
             scores = evaluate_hellaswag(raw_model, hellaswag_examples, str(rt.device), autocast,
-                                        cfg.micro_batch_size, rt.rank, rt.world_size)
+                                        cfg.micro_batch_size, rt.rank, rt.world_size, cfg.tokenizer)
             log.print(f"step {run.step}: hellaswag acc_norm {scores['acc_norm']:.4f} ({scores['count']} examples)")
             log.write(dict(type="hellaswag", step=run.step, tokens=run.step * cfg.total_batch_size, **scores,
                            time=time.time()))
@@ -330,7 +386,8 @@ def train(cfg: TrainConfig) -> None:
             window.mean_loss(rt, run.step, cfg.out_dir)  # never checkpoint a diverged run
             state = training_state(raw_model, optimizer, scaler, run, cfg.to_dict(), cfg.model_args(),
                                    gather_rng_states(rt), data.fingerprint, version)
-            save_on_main_rank(state, cfg, new_best, rt, log)
+            with watchdog.paused():  # rank 0 may write for many minutes while the others wait
+                save_on_main_rank(state, cfg, new_best, rt, log)
             del state
         if stop_now:
             if stop.requested:
@@ -350,24 +407,28 @@ def train(cfg: TrainConfig) -> None:
         if log_now:  # the only host syncs of a step
             mean_loss = window.mean_loss(rt, run.step, cfg.out_dir)
             stop.agreed(rt.device)  # every rank must leave the loop at the same step
-            row = window.train_row(mean_loss, run.step, grad_norm, cfg) | dict(lr=lr)
-            row |= {name: value.item() for name, value in diagnostics.items()}
+            row = window.train_row(mean_loss, run.step, grad_norm, diagnostics, cfg) | dict(lr=lr)
             if flops:
-                row["mfu"] = raw_model.estimate_mfu(row["tokens_per_s"] / rt.world_size, flops)
+                row["mfu"] = raw_model.estimate_mfu(row["tokens_per_s"] / rt.world_size, flops, passes_per_step)
             log.write(row)
             log.print(f"step {run.step}/{total_iters} | loss {mean_loss:.4f} | lr {lr:.2e} | grad norm "
                       f"{row['grad_norm']:.3f} | clip {row['clip_rate']:.2f} | {row['tokens_per_s']:,.0f} tok/s | "
                       f"{row['ms_per_step']:.0f} ms/step" + (f" | mfu {100 * row['mfu']:.1f}%" if flops else ""))
 
+    watchdog.close()
     if cfg.sample_tokens and not stop.requested and rt.is_main:
         print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
     log.close()
     close_runtime(rt)
+    return stop.exit_status
 
 
 def main(argv: list[str]) -> None:
-    with exit_on_input_error(ShardError, FileNotFoundError, FloatingPointError):
-        train(load_config(argv))
+    with exit_on_input_error(ShardError, FileNotFoundError, FloatingPointError, PrepareError):
+        cfg = load_config(argv)
+        check_complete(cfg.data_path())  # an interrupted data.prepare: its shards hold part of the data
+        status = train(cfg)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

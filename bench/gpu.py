@@ -51,7 +51,7 @@ from bench.optimizer_step import PeakMemory, make_optimizers
 from config import TrainConfig, load_config
 from data.shards import write_shard
 from model import GPT, GPTConfig, PRESETS
-from optim import OPTIMIZERS, build_optimizer, display_name
+from optim import OPTIMIZERS, build_optimizer, display_name, gradients_per_step
 from optim.diagnostics import parameter_kinds
 from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
 from optim.schedule import set_learning_rates
@@ -228,7 +228,7 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
         row.optimizer_ms = sum(clock.ms(*pair) for m in marks for pair in m.optimizer) / steps
         row.tokens_per_s = cfg.total_batch_size * steps / (total_ms / 1000)
         flops = train.peak_flops(cfg, rt.device)
-        row.mfu = raw_model.estimate_mfu(row.tokens_per_s, flops) if flops else None
+        row.mfu = raw_model.estimate_mfu(row.tokens_per_s, flops, gradients_per_step(cfg.to_dict())) if flops else None
     finally:  # free the state now, even if a traceback keeps this frame alive (bench_model collects)
         optimizer.zero_grad(set_to_none=True)
         optimizer.state.clear()

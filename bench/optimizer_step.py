@@ -25,6 +25,7 @@ from torch.optim import Optimizer
 import bench
 from model import GPT, GPTConfig, PRESETS
 from optim import MARS, MARSM, Moonlight, Muon
+from optim.newton_schulz import balanced_owners, exchanged_bytes
 
 
 class OfficialStyleMARS(Optimizer):
@@ -173,6 +174,22 @@ def main() -> None:
         ratio = f"{median / reference:.2f}x" if reference else "-"
         extra = f"{peaks[name] / 2**20:.0f} MiB ({peaks[name] / model_bytes:.2f} model)"
         print(f"{name:<22} {median * 1e3:>10.1f}ms {ratio:>15} {extra:>24}")
+    print_ns5_exchange([p.numel() for p in params if p.ndim == 2])
+
+
+def print_ns5_exchange(matrix_sizes: list[int]) -> None:
+    """Bytes one rank receives per step when Muon, Moonlight, MARS-M or MARS-Shampoo share out Newton-Schulz
+    (every matrix on the matrix rule, embeddings included, as the paper's Muon): the unequal-parts
+    exchange in bf16 against an fp32 all-gather padded to the largest share (this code before 2026-11)."""
+    print(f"Newton-Schulz results received per rank per step ({len(matrix_sizes)} matrices, "
+          f"{sum(matrix_sizes) / 1e6:.1f}M elements):")
+    for world_size in (2, 8, 32):
+        owners = balanced_owners(matrix_sizes, world_size)
+        largest_share = max(sum(s for s, o in zip(matrix_sizes, owners) if o == r) for r in range(world_size))
+        padded_fp32 = (world_size - 1) * largest_share * 4
+        unequal_bf16 = exchanged_bytes(matrix_sizes, world_size, element_size=2)
+        print(f"  {world_size:>2} ranks: {unequal_bf16 / 1e9:.3f} GB (bf16, unequal parts) vs {padded_fp32 / 1e9:.3f} GB "
+              f"(fp32, padded): {padded_fp32 / unequal_bf16:.1f}x less")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ Time train.py's optimizer step (forward-backward, clipping, optimizer) of a conf
 device, on synthetic tokens, and what the log-step diagnostics add to it.
 
     python -m bench.train_step config/quickstart.py            # CPU: also with/without malloc reuse
-    python -m bench.train_step config/gpt2_small_mars.py --micro_batch_size=16 --device=cuda
+    python -m bench.train_step config/gpt2_small_mars.py --micro_batch_size=16 --device=cuda --compile=True
 
 Prints the median ms per step and tokens/s; the diagnostics' overhead (optim/diagnostics.py: run on
 log steps only, so their cost per step is the extra time of a diagnosed step over log_interval);
@@ -14,7 +14,6 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 
 import torch
 
@@ -23,15 +22,16 @@ from config import TrainConfig, load_config
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.diagnostics import parameter_kinds
-from runtime import Runtime, autocast_context, keep_freed_memory_for_reuse, resolve_dtype
+from runtime import autocast_context, init_runtime, keep_freed_memory_for_reuse, resolve_dtype
 from train import optimizer_step
 
 
 class SyntheticBatches:
-    """train.TrainBatches' interface on random tokens, drawn once."""
+    """train.TrainBatches' interface on random tokens, drawn once, in host memory as TrainBatches
+    gives them (train.forward_backward moves each micro-batch to the device)."""
 
-    def __init__(self, cfg: TrainConfig, device: torch.device):
-        self.x, self.y = torch.randint(0, 50257, (2, cfg.micro_batch_size, cfg.block_size), device=device)
+    def __init__(self, cfg: TrainConfig):
+        self.x, self.y = torch.randint(0, cfg.vocab_size, (2, cfg.micro_batch_size, cfg.block_size))
 
     def micro_batch(self, *args) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x, self.y
@@ -39,20 +39,22 @@ class SyntheticBatches:
 
 def median_step_ms(argv: list[str], reuse_memory: bool, diagnose: bool = False, steps: int = 8) -> float:
     cfg = load_config(argv)
-    device = torch.device("cuda" if cfg.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
+    rt = init_runtime(cfg.device)  # one process: rank 0 of 1 on the config's device
+    device = rt.device
     if device.type == "cpu" and reuse_memory:
         keep_freed_memory_for_reuse()
     cfg.total_batch_size = cfg.micro_batch_size * cfg.block_size  # one micro-step per step
-    rt = Runtime(rank=0, local_rank=0, world_size=1, device=device)
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**cfg.model_args())).to(device)
-    optimizer = build_optimizer(model, cfg, device.type)
+    raw_model = GPT(GPTConfig(**cfg.model_args())).to(device)
+    optimizer = build_optimizer(raw_model, cfg, device.type)
     for group in optimizer.param_groups:
         group["lr"] = group["base_lr"]
-    scaler = torch.amp.GradScaler(device.type, enabled=False)
-    autocast = autocast_context(device, resolve_dtype(cfg.dtype, device)) if device.type == "cuda" else nullcontext()
-    batches, params = SyntheticBatches(cfg, device), list(model.parameters())
-    kinds = parameter_kinds(model) if diagnose else None
+    dtype = resolve_dtype(cfg.dtype, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == "float16")
+    autocast = autocast_context(device, dtype)
+    model = torch.compile(raw_model) if cfg.compile else raw_model  # as train.py runs it
+    batches, params = SyntheticBatches(cfg), list(raw_model.parameters())
+    kinds = parameter_kinds(raw_model) if diagnose else None
     times = []
     for step in range(steps + 3):
         start = time.perf_counter()

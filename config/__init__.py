@@ -1,7 +1,8 @@
 """
 The training configuration: one typed schema with every setting and its default.
 
-A config file in config/ is plain Python that only assigns values, e.g.
+A config file in config/ is plain Python that only assigns values (what it imports
+to compute them, such as `from math import pi`, is not a setting), e.g.
 
     n_layer = 12
     learning_rate = 6e-4
@@ -15,6 +16,7 @@ import ast
 import dataclasses
 import difflib
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass
@@ -133,6 +135,10 @@ class TrainConfig:
     # match): on CUDA, bit-exact resumes and repeatable runs, at some speed; CPU runs are deterministic anyway.
     deterministic: bool = False
     peak_flops: float = 0.0  # for MFU; 0: guessed from the GPU's name
+    ddp_bucket_mb: float = 0.0  # DDP gradient bucket size in MB (0: one transformer block's gradients)
+    # Seconds a step of a distributed run may take before the run stops with an error naming it: a frozen
+    # or dead rank makes the others wait (runtime.Watchdog). Checkpoint writes keep 60 minutes. 0: no limit.
+    step_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -144,6 +150,11 @@ class TrainConfig:
         for key, value in PRESETS[self.model].items():
             args[key] = args[key] or value  # 0: from the preset
         return args
+
+    def data_path(self) -> str:
+        """The token shards' folder: data_dir, else data/<dataset>/ in the repository."""
+        return self.data_dir or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                                             self.dataset)
 
     def grad_accum_steps(self, world_size: int) -> int:
         per_micro_step = self.micro_batch_size * self.block_size * world_size
@@ -212,7 +223,7 @@ def _check_values(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key '{key}' must be positive, got {getattr(cfg, key)}")
     for key in ("warmup_iters", "lr_decay_iters", "ckpt_interval", "hellaswag_interval", "hellaswag_examples",
                 "max_tokens", "sample_tokens", "n_layer", "n_head", "n_embd", "min_lr", "weight_decay",
-                "weight_decay_1d", "eps", "grad_clip", "gamma", "peak_flops"):
+                "weight_decay_1d", "eps", "grad_clip", "gamma", "peak_flops", "ddp_bucket_mb", "step_timeout"):
         if not getattr(cfg, key) >= 0:
             raise ConfigError(f"config key '{key}' must not be negative, got {getattr(cfg, key)}")
     for key in ("beta1", "beta2", "beta1_1d", "beta2_1d", "muon_momentum", "dropout"):
@@ -258,8 +269,19 @@ def _parse_override(arg: str) -> tuple[str, typing.Any]:
     return key, value
 
 
+def _imported_names(source: str) -> set[str]:
+    """The names a config file binds only by importing (`from math import pi`, `import os.path`): tools
+    for computing values, not settings. A name it also assigns is a setting."""
+    tree = ast.parse(source)
+    imported = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    assigned = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    return imported - assigned
+
+
 def read_config_file(path: str) -> dict[str, typing.Any]:
-    """The assignments a config file makes (its module-level names not starting with '_')."""
+    """The assignments a config file makes (its module-level names not starting with '_', and not
+    brought in by an import)."""
     try:
         with open(path) as f:
             source = f.read()
@@ -274,9 +296,10 @@ def read_config_file(path: str) -> dict[str, typing.Any]:
     except Exception as e:  # a config file only assigns values; anything that raises is a mistake in it
         raise ConfigError(f"config file {path} raised {type(e).__name__}: {e}; a config file only assigns "
                           "values (key = value)") from e
+    imported = _imported_names(source)
     return {
         k: v for k, v in namespace.items()
-        if not k.startswith("_") and not isinstance(v, types.ModuleType)
+        if not k.startswith("_") and k not in imported and not isinstance(v, types.ModuleType)
     }
 
 

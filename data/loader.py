@@ -17,12 +17,18 @@ import numpy as np
 import torch
 
 from data.shards import ShardError, open_shard
+from model import GPTConfig
 
 
 class TokenWindows:
-    """Windows of block_size + 1 tokens (inputs and shifted targets) over a split's shards."""
+    """Windows of block_size + 1 tokens (inputs and shifted targets) over a split's shards.
 
-    def __init__(self, data_dir: str, split: str, block_size: int):
+    Every window gathered is checked to hold only ids below the model's vocab_size: an id beyond
+    it would index past the embedding (an IndexError on the CPU, a device-side assert on CUDA that
+    kills the process and hides the cause). The check is a max over the gathered rows on the host,
+    so it costs no device sync and no scan of the (possibly 20 GB) shards at start-up."""
+
+    def __init__(self, data_dir: str, split: str, block_size: int, vocab_size: int = GPTConfig.vocab_size):
         self.paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
         if not self.paths:
             raise FileNotFoundError(
@@ -30,6 +36,7 @@ class TokenWindows:
                 "(python -m data.prepare <name>, or python -m data.quickstart for the quickstart corpus)"
             )
         self.block_size = block_size
+        self.vocab_size = vocab_size
         self.shards = [open_shard(p) for p in self.paths]
         # A window may start anywhere that leaves block_size + 1 tokens in its shard.
         windows_per_shard = np.array([max(len(s) - block_size, 0) for s in self.shards], dtype=np.int64)
@@ -49,8 +56,27 @@ class TokenWindows:
         rows = np.empty((len(window_ids), self.block_size + 1), dtype=np.int64)
         for row, (shard, start) in enumerate(zip(shard_ids, window_ids - self.window_offsets[shard_ids])):
             rows[row] = self.shards[shard][start : start + self.block_size + 1]
+        if len(rows) and rows.max() >= self.vocab_size:
+            self._refuse_out_of_vocabulary(rows, shard_ids, window_ids)
         rows = torch.from_numpy(rows)
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+    def _refuse_out_of_vocabulary(self, rows: np.ndarray, shard_ids: np.ndarray, window_ids: np.ndarray) -> None:
+        """A ShardError naming the first gathered id >= vocab_size: its shard, position and the likely fix."""
+        row = int(np.flatnonzero(rows.max(axis=1) >= self.vocab_size)[0])
+        column = int(np.argmax(rows[row] >= self.vocab_size))
+        shard = shard_ids[row]
+        position = int(window_ids[row] - self.window_offsets[shard]) + column
+        path = self.paths[shard]
+        raise ShardError(
+            f"{path}: token id {rows[row, column]} at position {position} is outside the model's vocabulary "
+            f"(vocab_size {self.vocab_size}: ids 0 to {self.vocab_size - 1}). Most likely the shards were "
+            "tokenised with another tokenizer than the config's `tokenizer` setting (GPT-2 tokens need "
+            "tokenizer=gpt2 and vocab_size of at least 50257): prepare them again with the config's tokenizer "
+            "(python -m data.prepare ... --tokenizer NAME), or set the config's tokenizer and vocab_size to the "
+            f"shards'. Else the shard is corrupt: check it with `python -m data.prepare verify "
+            f"{os.path.dirname(path)}` and prepare it again"
+        )
 
 
 class TrainBatches:

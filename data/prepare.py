@@ -41,6 +41,7 @@ script when workers > 1, as multiprocessing requires).
 """
 
 import argparse
+import codecs
 import collections
 import functools
 import glob
@@ -150,16 +151,50 @@ def local_files(patterns: list[str]) -> tuple[str, ...]:
 
 
 def load_local_file(path: str):
-    """A streamed datasets.IterableDataset over one local file, the builder chosen by its extension."""
+    """A streamed datasets.IterableDataset over one local file, the builder chosen by its extension.
+    A text file that is not valid UTF-8 is read with each invalid byte replaced by U+FFFD, with a
+    warning naming it: one stray byte (a Latin-1 character, a cut-off file) costs that character, not
+    the file or the run (and the replacement is the same on every run, so a resume writes the same bytes)."""
     import datasets
     name = path.lower().removesuffix(".gz").removesuffix(".zst")
+    text_file = name.endswith((".json", ".jsonl", ".txt"))
+    bad_byte = first_invalid_utf8(path) if text_file and not path.lower().endswith(".zst") else None
+    # (datasets' json builder applies encoding_errors only to an encoding not spelled "utf-8")
+    decoding = {} if bad_byte is None else dict(encoding="utf_8", encoding_errors="replace")
+    if bad_byte is not None:
+        tqdm.write(f"warning: {path} is not valid UTF-8 (byte {bad_byte:,}"
+                   f"{' of its decompressed text' if path.lower().endswith('.gz') else ''} is the first bad one); "
+                   "reading it with each invalid byte replaced by U+FFFD", file=sys.stderr)
     if name.endswith(".parquet"):
         return datasets.load_dataset("parquet", data_files=[path], split="train", streaming=True)
     if name.endswith((".json", ".jsonl")):
-        return datasets.load_dataset("json", data_files=[path], split="train", streaming=True)
+        return datasets.load_dataset("json", data_files=[path], split="train", streaming=True, **decoding)
     if name.endswith(".txt"):  # a whole .txt file is one document
-        return datasets.load_dataset("text", data_files=[path], split="train", streaming=True, sample_by="document")
+        return datasets.load_dataset("text", data_files=[path], split="train", streaming=True, sample_by="document",
+                                     **decoding)
     raise PrepareError(f"{path}: unsupported file type; use .txt, .json, .jsonl (optionally .gz) or .parquet")
+
+
+def first_invalid_utf8(path: str) -> int | None:
+    """The offset of the first byte of a (.gz) text file that is not UTF-8 (None: it all is, or the file
+    cannot be read, which reading it through datasets then reports)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0  # of the chunk in the file
+    try:
+        with (gzip.open if path.lower().endswith(".gz") else open)(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                pending = len(decoder.getstate()[0])  # the bytes of a character cut by the last chunk's end
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as e:
+                    return offset - pending + e.start
+                offset += len(chunk)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:  # the file ends inside a character
+        return offset - len(decoder.getstate()[0])
+    except (OSError, EOFError):
+        return None
+    return None
 
 
 def load_hub_dataset(source: Source):
@@ -458,6 +493,18 @@ def prepare(source: Source, out_dir: str, shard_size: int = DEFAULT_SHARD_SIZE,
             print(f"warning: the {split} split is empty; training needs both splits "
                   "(a larger corpus, or a larger --val-fraction / --shard-size)", file=sys.stderr)
     return manifest
+
+
+def check_complete(data_dir: str) -> None:
+    """Refuse to train on a folder whose preparation stopped part way (its manifest says incomplete):
+    its shards hold only part of the data, perhaps no val split yet. A folder without a manifest
+    (shards from elsewhere, or written by hand) is taken as it is."""
+    manifest = read_manifest(data_dir)
+    if manifest is not None and not manifest["complete"]:
+        raise PrepareError(
+            f"{data_dir} is only partly prepared: data/prepare.py stopped after {manifest['documents_read']:,} "
+            f"documents ({MANIFEST} says complete: false). Run the same python -m data.prepare command again "
+            "to finish it (it resumes where it stopped), then train")
 
 
 def verify(out_dir: str) -> list[str]:

@@ -29,11 +29,17 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO]:
     """Write path through a temporary file that is fsync'ed and renamed over it, so a crash
     leaves the old file or the new one, never half of one (shards, manifests, checkpoints)."""
     tmp = path + ".tmp"
-    with open(tmp, mode) as f:
-        yield f
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A partial temporary file is of no use, and on a full disk it keeps the space taken.
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     fsync_directory(os.path.dirname(path) or ".")
 
 

@@ -87,9 +87,10 @@ class ByteEncoding:
 
 
 TOKENIZERS = ("gpt2", "bytes")
+Encoding = tiktoken.Encoding | ByteEncoding  # what get_encoding returns
 
 
-def get_encoding(name: str = "gpt2") -> "tiktoken.Encoding | ByteEncoding":
+def get_encoding(name: str = "gpt2") -> Encoding:
     """The tokenizer `name`: "bytes", or "gpt2", the GPT-2 BPE from tiktoken's cache/download or
     else the openai-whisper sdist."""
     if name == "bytes":

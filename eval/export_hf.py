@@ -22,6 +22,8 @@ How our model maps onto GPT-2:
   bias-free one does.
 - Anything GPT2Config cannot express makes the export fail rather than write a
   model that computes something else (see check_expressible).
+- Only checkpoints trained on GPT-2 tokens are exported: the folder's tokenizer is
+  GPT-2's, which would feed a byte-tokenizer model ids it never saw (see check_tokenizer).
 """
 
 import argparse
@@ -33,7 +35,8 @@ import torch
 from safetensors.torch import save_file
 
 from data.tokenizer import EOT_TOKEN, get_encoding
-from checkpoint import load_model
+from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
+from eval.scoring import model_encoding
 from model import GPT, GPTConfig
 from runtime import InputError, exit_on_input_error
 
@@ -55,6 +58,19 @@ def check_expressible(config: GPTConfig) -> None:
     if unknown:
         raise ValueError(f"GPTConfig fields {sorted(unknown)} have no GPT-2 equivalent in export_hf; "
                          "map them in hf_config or refuse them explicitly")
+
+
+def check_tokenizer(tokenizer: str, vocab_size: int, checkpoint: str) -> None:
+    """Refuse a checkpoint the GPT-2 tokenizer files would not fit: one trained with another tokenizer,
+    or with a vocabulary smaller than GPT-2's."""
+    if tokenizer != "gpt2":
+        raise InputError(
+            f"{checkpoint} was trained with the '{tokenizer}' tokenizer, but the Hugging Face export writes "
+            "GPT-2's tokenizer (a GPT2LMHeadModel folder with GPT-2's BPE files), which would turn text into "
+            f"ids this {vocab_size}-token model was never trained on: it cannot be exported faithfully. "
+            "Evaluate it with python -m eval.hellaswag or eval.harness, which use its own tokenizer"
+        )
+    model_encoding(tokenizer, vocab_size, checkpoint)
 
 
 def hf_config(config: GPTConfig) -> dict:
@@ -190,7 +206,9 @@ def check_out_dir(out_dir: str) -> None:
 def export(checkpoint: str, out_dir: str) -> None:
     """Write the Hugging Face folder for checkpoint into out_dir."""
     check_out_dir(out_dir)
-    model = load_model(checkpoint, "cpu")
+    ckpt = load_checkpoint(checkpoint)
+    model = model_from_checkpoint(ckpt, "cpu")
+    check_tokenizer(tokenizer_of(ckpt), model.config.vocab_size, checkpoint)  # before anything is written
     config = hf_config(model.config)
     try:
         os.makedirs(out_dir, exist_ok=True)

@@ -26,10 +26,9 @@ from lm_eval.tasks import TaskManager
 from lm_eval.utils import get_rolling_token_windows, handle_non_serializable, make_disjoint_window, make_table
 
 from data.shards import atomic_write
-from data.tokenizer import EOT_TOKEN, get_encoding
 from eval.paper import PAPER_COLUMNS, paper_scores
-from checkpoint import load_checkpoint, load_model
-from eval.scoring import TokenPair, encode, right_padded, score_continuations
+from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
+from eval.scoring import TokenPair, encode, model_encoding, right_padded, score_continuations
 from model import GPT
 from runtime import InputError, at_least, autocast_context, device_arg, exit_on_input_error
 
@@ -41,7 +40,8 @@ DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's default when a task does not say
 class GPTLM(TemplateLM):
     """A GPT from model.py behind lm-eval's interface. Log-likelihoods come from
     eval.scoring (shared with the built-in HellaSwag evaluator); generation is
-    greedy."""
+    greedy. Text is tokenised with the model's own tokenizer: `tokenizer`, else a
+    checkpoint's (checkpoint.tokenizer_of), else GPT-2's for a model given as such."""
 
     def __init__(
         self,
@@ -51,31 +51,38 @@ class GPTLM(TemplateLM):
         batch_size: int | str = 32,
         dtype: str = "float32",
         max_batch_size: int | None = None,  # lm-eval always passes it; only "auto" batch sizes use it
+        tokenizer: str | None = None,
     ):
         super().__init__()
         if (checkpoint is None) == (model is None):
             raise ValueError("give exactly one of checkpoint (a path) and model (a GPT)")
         if str(batch_size).startswith("auto"):
             raise ValueError("batch_size 'auto' is not supported; give a number of sequences per forward")
-        self.model = load_model(checkpoint, device) if checkpoint is not None else model
+        if checkpoint is not None:
+            ckpt = load_checkpoint(checkpoint)
+            self.model = model_from_checkpoint(ckpt, device)
+            tokenizer = tokenizer or tokenizer_of(ckpt)
+        else:
+            self.model = model
+        self.enc = model_encoding(tokenizer or "gpt2", self.model.config.vocab_size, checkpoint or "the model")
         self._device = device  # LM.device reads it
         self.batch_size = int(batch_size)
         self.autocast_ctx = autocast_context(device, dtype)
-        self.n_vocab = get_encoding().n_vocab  # the model's vocabulary is padded beyond it
+        self.n_vocab = self.enc.n_vocab  # the model's vocabulary is padded beyond it
 
     @property
     def eot_token_id(self) -> int:
-        return EOT_TOKEN
+        return self.enc.eot_token
 
     @property
     def max_length(self) -> int:
         return self.model.config.block_size
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
-        return encode(string)  # GPT-2 adds no special tokens either way
+        return encode(string, self.enc)  # GPT-2 adds no special tokens either way, bytes none at all
 
     def tok_decode(self, tokens: list[int], **kwargs) -> str:
-        return get_encoding().decode(tokens)
+        return self.enc.decode(tokens)
 
     def _loglikelihood_tokens(
         self, requests: list[tuple[tuple[str, str] | None, list[int], list[int]]], disable_tqdm: bool = False,
@@ -112,7 +119,7 @@ class GPTLM(TemplateLM):
         """Greedy continuations, each cut before the first of its stop sequences
         (EOT always counts as one) or after its max_gen_toks tokens."""
         contexts, stops, max_new = [], [], []
-        eot = self.tok_decode([self.eot_token_id])
+        eot = self.tok_decode([self.eot_token_id])  # "" for bytes, whose EOT decodes to no text
         for context, gen_kwargs in (req.args for req in requests):
             if gen_kwargs.get("do_sample"):
                 raise ValueError("this model generates greedily only (do_sample must be false)")
@@ -123,7 +130,7 @@ class GPTLM(TemplateLM):
             until = gen_kwargs.get("until") or []
             # Keep room for the new tokens inside block_size, as lm-eval's hf model does.
             contexts.append(self.tok_encode(context)[-(self.max_length - max_gen_toks) :])
-            stops.append(([until] if isinstance(until, str) else list(until)) + [eot])
+            stops.append(([until] if isinstance(until, str) else list(until)) + ([eot] if eot else []))
             max_new.append(max_gen_toks)
         order = sorted(range(len(requests)), key=lambda i: -len(contexts[i]))
         texts = [""] * len(requests)
@@ -141,7 +148,7 @@ class GPTLM(TemplateLM):
         """Greedy decoding of several contexts at once. Sequences are right-padded
         (causal attention keeps the padding out of real positions) and each row's
         next token is read at its own last position; a row leaves the batch when it
-        reaches a stop sequence or its token limit."""
+        produces EOT, reaches a stop sequence or its token limit."""
         self.model.eval()
         sequences = [list(c) for c in contexts]
         generated: list[list[int]] = [[] for _ in contexts]
@@ -159,7 +166,9 @@ class GPTLM(TemplateLM):
                 sequences[r].append(token)
                 generated[r].append(token)
                 text = self.tok_decode(generated[r])
-                if len(generated[r]) < max_new[r] and not any(stop in text for stop in stops[r]):
+                # EOT by id too: the byte tokenizer's decodes to no text for a stop sequence to find.
+                ended = token == self.eot_token_id or any(stop in text for stop in stops[r])
+                if len(generated[r]) < max_new[r] and not ended:
                     still_active.append(r)
             active = still_active
         return [cut_at_stops(self.tok_decode(g), s) for g, s in zip(generated, stops)]

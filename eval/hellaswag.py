@@ -23,8 +23,9 @@ from typing import ContextManager
 import torch
 import torch.distributed as dist
 
-from checkpoint import load_model
-from eval.scoring import score_continuations, split_context_continuation
+from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
+from data.tokenizer import Encoding
+from eval.scoring import model_encoding, score_continuations, split_context_continuation
 from model import GPT
 from runtime import InputError, at_least, autocast_context, device_arg, exit_on_input_error
 
@@ -111,14 +112,15 @@ def check_example(line: str, where: str) -> dict:
 
 
 def score_examples(
-    model: GPT, examples: list[dict], device: str, autocast_ctx: ContextManager, batch_size: int
+    model: GPT, examples: list[dict], device: str, autocast_ctx: ContextManager, batch_size: int,
+    enc: Encoding | None = None,
 ) -> list[list[float]]:
-    """Summed log-likelihood of every ending of every example. All endings of all
-    examples are scored together, batch_size sequences per forward."""
+    """Summed log-likelihood of every ending of every example, tokenised with enc (GPT-2's when
+    None). All endings of all examples are scored together, batch_size sequences per forward."""
     requests, n_endings = [], []
     for example in examples:
         query, choices, _ = query_choices_gold(example)
-        requests += [split_context_continuation(query, " " + choice) for choice in choices]
+        requests += [split_context_continuation(query, " " + choice, enc) for choice in choices]
         n_endings.append(len(choices))
     scores = [ll for ll, _ in score_continuations(model, requests, device, autocast_ctx, batch_size)]
     per_example, start = [], 0
@@ -141,13 +143,16 @@ def evaluate_hellaswag(
     batch_size: int,
     rank: int = 0,
     world_size: int = 1,
+    tokenizer: str = "gpt2",
 ) -> dict[str, float]:
-    """acc, acc_norm and count over examples. With world_size > 1 (under torchrun,
-    torch.distributed initialised) each rank scores every world_size-th example
+    """acc, acc_norm and count over examples, tokenised with the model's own tokenizer (the run's
+    `tokenizer` setting; refused when it has ids beyond the model's vocabulary). With world_size > 1
+    (under torchrun, torch.distributed initialised) each rank scores every world_size-th example
     and the counts are summed over ranks, so every rank returns the full result."""
+    enc = model_encoding(tokenizer, model.config.vocab_size)
     shard = examples[rank::world_size]
     correct = correct_norm = 0
-    for example, lls in zip(shard, score_examples(model, shard, device, autocast_ctx, batch_size)):
+    for example, lls in zip(shard, score_examples(model, shard, device, autocast_ctx, batch_size, enc)):
         _, choices, gold = query_choices_gold(example)
         correct += argmax(lls) == gold
         correct_norm += argmax([ll / len(choice) for ll, choice in zip(lls, choices)]) == gold
@@ -169,10 +174,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     with exit_on_input_error():
         examples = load_hellaswag(args.data)  # before the model: a bad file fails fast
-        model = load_model(args.checkpoint, args.device)
-        result = evaluate_hellaswag(
-            model, examples, args.device, autocast_context(args.device, args.dtype), args.batch_size
-        )
+        ckpt = load_checkpoint(args.checkpoint)
+        model = model_from_checkpoint(ckpt, args.device)
+        result = evaluate_hellaswag(model, examples, args.device, autocast_context(args.device, args.dtype),
+                                    args.batch_size, tokenizer=tokenizer_of(ckpt))
     print(f"hellaswag: acc {result['acc']:.4f}  acc_norm {result['acc_norm']:.4f}  ({result['count']} examples)")
     return result
 

@@ -10,7 +10,9 @@ continuation); feed (context + continuation)[:-1] left-truncated to block_size;
 score the continuation with log_softmax over the model's whole (padded)
 vocabulary, as the exported Hugging Face model would.
 
-Also the command-line value checks that eval/ and sample.py share (device_arg, at_least).
+Text is tokenised with the model's own tokenizer (model_encoding: GPT-2's BPE or
+bytes, as the run trained), which is refused when it has ids beyond the model's
+vocabulary.
 """
 
 from typing import ContextManager
@@ -18,30 +20,46 @@ from typing import ContextManager
 import torch
 import torch.nn.functional as F
 
-from data.tokenizer import get_encoding
+from data.tokenizer import Encoding, get_encoding
 from model import GPT
+from runtime import InputError
 
 # (context tokens, continuation tokens)
 TokenPair = tuple[list[int], list[int]]
 
 
-def encode(text: str) -> list[int]:
-    """GPT-2 tokens of text. A literal <|endoftext|> becomes the special token,
-    as Hugging Face's GPT-2 tokenizer does (lm-eval's hf model sees the same ids)."""
-    return get_encoding().encode(text, allowed_special="all")
+def model_encoding(tokenizer: str, vocab_size: int, model: str = "the model") -> Encoding:
+    """The tokenizer a model was trained with (checkpoint.tokenizer_of; the config's `tokenizer` in
+    train.py), refused with an InputError when it has ids beyond the model's vocabulary: feeding one
+    would index past the embedding (an IndexError on the CPU, a device-side assert on CUDA)."""
+    enc = get_encoding(tokenizer)
+    if enc.n_vocab > vocab_size:
+        raise InputError(
+            f"{model} has a vocabulary of {vocab_size} ids but its tokenizer '{tokenizer}' has {enc.n_vocab}: "
+            "text would become ids the model has no embedding for. The tokenizer is the run's `tokenizer` "
+            "setting; a run on byte shards must set tokenizer=bytes, and one on GPT-2 shards needs "
+            "vocab_size of at least 50257; use a checkpoint whose tokenizer fits its vocabulary"
+        )
+    return enc
 
 
-def split_context_continuation(context: str, continuation: str) -> TokenPair:
-    """Tokens of a (context, continuation) pair, split the way lm-eval's TemplateLM
-    does for causal models: whitespace at the end of the context moves to the
-    continuation, the whole string is encoded at once and the context's own
-    tokens are cut off as the prefix (so BPE merges across the boundary stay)."""
+def encode(text: str, enc: Encoding | None = None) -> list[int]:
+    """Tokens of text (GPT-2's unless enc is given). A literal <|endoftext|> becomes GPT-2's
+    special token, as Hugging Face's GPT-2 tokenizer does (lm-eval's hf model sees the same ids)."""
+    return (enc or get_encoding()).encode(text, allowed_special="all")
+
+
+def split_context_continuation(context: str, continuation: str, enc: Encoding | None = None) -> TokenPair:
+    """Tokens of a (context, continuation) pair (GPT-2's unless enc is given), split the way
+    lm-eval's TemplateLM does for causal models: whitespace at the end of the context moves to the
+    continuation, the whole string is encoded at once and the context's own tokens are cut off as
+    the prefix (so BPE merges across the boundary stay)."""
     assert context, "an empty context has no tokens to condition on"
     n_spaces = len(context) - len(context.rstrip())
     if n_spaces > 0:
         context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
-    whole = encode(context + continuation)
-    context_tokens = encode(context)
+    whole = encode(context + continuation, enc)
+    context_tokens = encode(context, enc)
     return context_tokens, whole[len(context_tokens) :]
 
 
@@ -66,8 +84,11 @@ def score_continuations(
     for context, continuation in requests:
         if not context:
             raise ValueError("a request needs at least one context token (lm-eval puts EOT there)")
-        if not 0 < len(continuation) <= block_size:
-            raise ValueError(f"continuation of {len(continuation)} tokens does not fit block_size {block_size}")
+        if not continuation:
+            raise ValueError("a request needs at least one continuation token to score")
+        if len(continuation) > block_size:  # reachable from data: byte tokens are ~4x as many as GPT-2's
+            raise InputError(f"a continuation of {len(continuation)} tokens does not fit the model's block_size "
+                             f"{block_size}, so it cannot be scored; evaluate a model with a longer block_size")
 
     was_training = model.training
     model.eval()

@@ -22,7 +22,6 @@ Where we deliberately follow the official code:
     decays with weight_decay_1d);
   - lr_initial is the constructor's lr; parameters are "2-D" when p.ndim == 2;
   - step counts are per parameter; NS5 takes the optimizer's eps;
-  - under DDP every rank runs MARS-Shampoo's NS5 on every matrix (Muon shards it).
 Where we fix its defects:
   - g_prev of MARS-approx is kept as the previous gradient tensor, never as an
     alias of a live p.grad: with zero_grad(set_to_none=False) the official g_prev
@@ -37,7 +36,10 @@ Where we fix its defects:
     allocates about 12 per step; the state holds only what the rule reads, plus
     the per-parameter step count that the official code keeps for every rule (the
     official code also allocates v for MARS-Lion and MARS-Shampoo, and g_prev for
-    1-D parameters). MARS-Shampoo's NS5 runs per matrix, as matrix products.
+    1-D parameters). MARS-Shampoo's NS5 runs per matrix, as matrix products, and
+    under torch.distributed each rank runs only its share of them
+    (optim.newton_schulz.newton_schulz5_across_ranks), where the official code
+    repeats every one on every rank.
 
 MARS-exact (is_approx=False) takes g_prev as the gradient at the previous weights
 on the current batch. The optimizer declares needs_grad_on_next_batch = True and
@@ -56,7 +58,7 @@ import torch.nn as nn
 from torch.optim import Optimizer
 
 from optim.diagnostics import variance_reduction_stats
-from optim.newton_schulz import orthogonalized_update
+from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
 from optim.rules import (
     MARS_ADAMW, MARS_LION, adam_state, adam_step_scalars, adamw_update, decoupled_step_, mars_momentum_,
     scalar_tensor,
@@ -232,7 +234,8 @@ class MARS(KeptGradients, Optimizer):
             else:  # NS5's matrix products dominate: no compiled kernel needed for the momentum
                 torch._foreach_add_(steps, 1.0)
                 mars_momentum_(grads, last_grads, exp_avgs, beta1=beta1, gamma=gamma)
-                updates = [orthogonalized_update(m / (1.0 - beta1), eps=eps) for m in exp_avgs]
+                updates = newton_schulz5_across_ranks(torch._foreach_div(exp_avgs, 1.0 - beta1), 5, eps)
+                torch._foreach_mul_(updates, [muon_scale(*p.shape) for p in subset])
                 decoupled_step_(subset, updates, lr, wd)
             self._keep_last_grads(subset, states)
 

@@ -29,7 +29,7 @@ Where we differ (the same algorithm):
   - NS5 runs in bf16 on CUDA as the official code does, in fp32 on CPU, and its
     normalising norm is taken in the input's precision, not in bf16 (optim.newton_schulz);
   - under torch.distributed each rank orthogonalises only its share of the matrices
-    (optim.muon.orthogonalized_across_ranks); the official code repeats all on every rank;
+    (optim.newton_schulz.newton_schulz5_across_ranks); the official code repeats all on every rank;
   - no host sync and no per-parameter Python math: foreach ops, and AdamW as a rule
     of rules.py (compiled or eager); the AdamW step count is a 0-d tensor, not an int.
 """
@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn as nn
 
-from optim.muon import Muon, orthogonalized_across_ranks
+from optim.muon import NS5_EPS, Muon
+from optim.newton_schulz import newton_schulz5_across_ranks
 from optim.param_groups import embedding_params
 from optim.rules import decoupled_step_
 
@@ -74,10 +75,8 @@ class Moonlight(Muon):
 def rms_matched_step_(params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
     """p <- p * (1 - lr * wd) - lr * 0.2 * sqrt(max(A, B)) * NS5(direction), the step of Moonlight and MARS-M,
     with NS5 shared out across ranks."""
-    updates = orthogonalized_across_ranks(directions, group["ns_steps"])
-    # orthogonalized_across_ranks scales NS5 by Muon's max(1, A/B)^0.5: replace it by 0.2 * sqrt(max(A, B)).
-    torch._foreach_mul_(updates, [rms_matching_scale(*p.shape) / max(1.0, p.shape[0] / p.shape[1]) ** 0.5
-                                  for p in params])
+    updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS)
+    torch._foreach_mul_(updates, [rms_matching_scale(*p.shape) for p in params])
     decoupled_step_(params, updates, group["lr"], group["weight_decay"])
 
 

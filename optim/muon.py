@@ -11,8 +11,9 @@ Muon handles 2-D parameters only; the others take AdamW in the same optimizer
 schedule cover both.
 
 Under torch.distributed, each rank orthogonalises only its share of the matrices
-(balanced by size) and one all-gather shares the results, so no rank repeats
-another's Newton-Schulz work. The momentum buffers are updated on every rank
+(balanced by size) and receives the others' results, in bf16 on CUDA
+(optim.newton_schulz.newton_schulz5_across_ranks), so no rank repeats another's
+Newton-Schulz work. The momentum buffers are updated on every rank
 (element-wise, cheap), so every rank holds the full state and rank 0's
 state_dict is a complete checkpoint.
 """
@@ -23,11 +24,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.optim import Optimizer
 
-from optim.newton_schulz import orthogonalized_update
+from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
 from optim.param_groups import embedding_params
 from optim.rules import ADAMW_VARIANTS, adamw_update, decoupled_step_
 
@@ -100,7 +100,8 @@ class Muon(Optimizer):
 
     def _orthogonalized_step(self, params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
         """p <- p * (1 - lr * weight_decay) - lr * NS5(direction) * max(1, rows/cols)^0.5."""
-        updates = orthogonalized_across_ranks(directions, group["ns_steps"])
+        updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS)
+        torch._foreach_mul_(updates, [muon_scale(*p.shape) for p in params])
         decoupled_step_(params, updates, group["lr"], group["weight_decay"])
 
     def _momentum_buffer(self, p: torch.Tensor) -> torch.Tensor:
@@ -108,40 +109,6 @@ class Muon(Optimizer):
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state["momentum_buffer"]
-
-
-def orthogonalized_across_ranks(matrices: list[torch.Tensor], ns_steps: int) -> list[torch.Tensor]:
-    """orthogonalized_update() of every matrix; under torch.distributed each rank
-    computes its share and one all-gather of a flat buffer delivers the rest."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [orthogonalized_update(m, ns_steps, NS5_EPS) for m in matrices]
-    world_size, rank = dist.get_world_size(), dist.get_rank()
-    owners = balanced_owners([m.numel() for m in matrices], world_size)
-    # Each rank's results lie contiguously in its segment of the buffer, in matrix order.
-    offsets, filled = [], [0] * world_size
-    for m, owner in zip(matrices, owners):
-        offsets.append(filled[owner])
-        filled[owner] += m.numel()
-    segment = max(filled)
-    gathered = torch.empty(world_size * segment, dtype=matrices[0].dtype, device=matrices[0].device)
-    mine = torch.zeros(segment, dtype=gathered.dtype, device=gathered.device)
-    for m, owner, offset in zip(matrices, owners, offsets):
-        if owner == rank:
-            mine[offset : offset + m.numel()] = orthogonalized_update(m, ns_steps, NS5_EPS).reshape(-1)
-    dist.all_gather(list(gathered.chunk(world_size)), mine)
-    return [
-        gathered[owner * segment + offset :][: m.numel()].view_as(m)
-        for m, owner, offset in zip(matrices, owners, offsets)
-    ]
-
-
-def balanced_owners(sizes: list[int], world_size: int) -> list[int]:
-    """A rank for each matrix: largest first, each to the least-loaded rank (the same on every rank)."""
-    owners, loads = [0] * len(sizes), [0] * world_size
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        owners[i] = loads.index(min(loads))
-        loads[owners[i]] += sizes[i]
-    return owners
 
 
 def build_muon(model: nn.Module, cfg: TrainConfig, device_type: str) -> Muon:

@@ -205,7 +205,12 @@ class RuleKernel:
                 else:
                     self.compiled_whole_lists(*tensor_lists, lr, **hyperparameters)
                 return
-            except Exception as e:  # no C++ compiler or Triton: compiling fails before the call writes anything
+            except Exception as e:
+                # Only a failure to compile (no C++ compiler or Triton) falls back, and it happens before the
+                # compiled call writes anything. Any other error (out of memory midway through the kernels,
+                # a wrong argument) propagates: re-running the step eagerly could apply part of it twice.
+                if not isinstance(e, torch._dynamo.exc.BackendCompilerFailed):
+                    raise
                 warnings.warn(f"torch.compile of {self.rule.__name__} failed ({type(e).__name__}: {e}); "
                               "running eagerly")
                 self.compile_failed = True

@@ -14,7 +14,8 @@
 #   OUT_ROOT=out      runs go to OUT_ROOT/RUN_NAME[_TOKENS]
 #   NNODES=1          with RDZV_ENDPOINT=host:port (and RDZV_ID): a multi-node rendezvous instead of --standalone
 #   DRY_RUN=1         2 CPU steps of a tiny model (data: DATA_DIR, default the quickstart corpus
-#                     data/stdlib), under OUT_ROOT=out/dry_run, to check every flag before a cluster sees it
+#                     data/stdlib), to check every flag before a cluster sees it; it goes to OUT_ROOT/dry_run/,
+#                     never the real run's folder
 #   DATA_DIR=path     token shards to read instead of data/<dataset>
 # Extra arguments are passed to train.py last, so they win (e.g. --seed=2, --wandb_log=True).
 # Rerunning a script whose run has a checkpoint resumes it (--init_from=resume): preemption-safe.
@@ -49,9 +50,14 @@ positive_int() {  # NAME VALUE
 # (any other value would start the full run it was meant to check)
 [[ "${DRY_RUN:-0}" == [01] ]] || { echo "error: DRY_RUN must be 0 or 1, got '$DRY_RUN'" >&2; exit 2; }
 
-# Where runs go: OUT_ROOT, else out (out/dry_run for dry runs)
+# Where runs go: OUT_ROOT, else out. A dry run goes to its dry_run/ subfolder: in the real run's folder, its
+# tiny checkpoint would be resumed by the real launch (which then refuses it).
 out_root() {
-    echo "${OUT_ROOT:-$([[ "${DRY_RUN:-0}" == 1 ]] && echo out/dry_run || echo out)}"
+    local root="${OUT_ROOT:-out}"
+    if [[ "${DRY_RUN:-0}" == 1 ]]; then
+        root="$root/dry_run"
+    fi
+    echo "$root"
 }
 
 launch() {
@@ -76,8 +82,8 @@ launch() {
     [[ -n "${MICRO_BATCH:-}" ]] && overrides+=("--micro_batch_size=$MICRO_BATCH")
     [[ -n "${DATA_DIR:-}" ]] && overrides+=("--data_dir=$DATA_DIR")
     if [[ "$dry_run" == 1 ]]; then
-        read -ra dry <<< "$(dry_run_overrides $((ngpu * nnodes)))"
-        overrides+=("${dry[@]}")
+        dry_run_args $((ngpu * nnodes))
+        overrides+=("${DRY_RUN_ARGS[@]}")
     fi
     if [[ -f "$out_dir/ckpt.pt" ]]; then
         echo "$out_dir/ckpt.pt exists: resuming it"
@@ -95,10 +101,13 @@ launch() {
     (set -x; "${launcher[@]}" train.py "${configs[@]}" "${overrides[@]}" "$@")
 }
 
-# DRY_RUN=1's train.py overrides: a tiny CPU model for 2 steps of 2 micro-steps, the batch made to
-# divide for WORLD_SIZE processes; data from DATA_DIR, else the quickstart corpus.
-dry_run_overrides() {  # WORLD_SIZE
-    echo --device=cpu --compile=False --n_layer=2 --n_head=2 --n_embd=32 --block_size=32 --vocab_size=50304 \
-        --micro_batch_size=4 "--total_batch_size=$((4 * 32 * 2 * $1))" --max_tokens=0 --max_iters=2 \
-        --warmup_iters=1 --eval_interval=2 --eval_sequences=8 --log_interval=1 "--data_dir=${DATA_DIR:-$REPO/data/stdlib}"
+# DRY_RUN=1's train.py overrides, into the array DRY_RUN_ARGS (an array, so that a DATA_DIR holding spaces
+# stays one argument): a tiny CPU model for 2 steps of 2 micro-steps, the batch made to divide for
+# WORLD_SIZE processes; data from DATA_DIR, else the quickstart corpus.
+dry_run_args() {  # WORLD_SIZE
+    DRY_RUN_ARGS=(--device=cpu --compile=False --n_layer=2 --n_head=2 --n_embd=32 --block_size=32 --vocab_size=50304
+                  --micro_batch_size=4 "--total_batch_size=$((4 * 32 * 2 * $1))" --max_tokens=0 --max_iters=2
+                  --warmup_iters=1 --eval_interval=2 --eval_sequences=8 --log_interval=1
+                  "--data_dir=${DATA_DIR:-$REPO/data/stdlib}")
 }
+

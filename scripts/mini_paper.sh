@@ -11,7 +11,8 @@ cd "$REPO"
 positive_int JOBS "${JOBS:-2}"
 extra=()
 if [[ "${DRY_RUN:-0}" == 1 ]]; then
-    read -ra extra <<< "$(dry_run_overrides 1)"
+    dry_run_args 1
+    extra=("${DRY_RUN_ARGS[@]}")
 else
     [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
 fi

@@ -16,7 +16,8 @@ grid=(adamw:learning_rate=1e-3,2e-3,4e-3,8e-3
 extra=()
 if [[ "${DRY_RUN:-0}" == 1 ]]; then
     grid=("${grid[@]%%,*}")  # the first rate of each
-    read -ra extra <<< "$(dry_run_overrides 1)"
+    dry_run_args 1
+    extra=("${DRY_RUN_ARGS[@]}")
 else
     [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
 fi

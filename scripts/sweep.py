@@ -20,6 +20,10 @@ the same command skips finished runs and resumes unfinished ones (from their che
 loss turns NaN/inf is recorded as diverged (diverged.txt in its folder) and not retried. Written to the
 folder: sweep.csv and sweep.md (each point: recipe, values, seeds, mean, std, diverged), sweep.png
 (score against each swept value, one line per recipe) and a log per run (train.log).
+
+Every point's config is resolved before the first run starts, so a misspelt key or a value of the wrong
+type stops the sweep at once, with nothing written. Ctrl-C stops the running runs (each saves a
+checkpoint first; a second Ctrl-C kills them) and starts no more: rerunning the command goes on.
 """
 
 import argparse
@@ -27,17 +31,21 @@ import csv
 import itertools
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from checkpoint import has_checkpoint
-from runtime import InputError, exit_on_input_error
+from config import load_config
+from runtime import InputError, at_least, exit_on_input_error
 from scripts.report import Run, load_run
 
 DIVERGED = "diverged.txt"
+SET_PER_RUN = ("seed", "out_dir", "init_from")  # what the sweep sets for each run: no other argument may
 
 
 @dataclass(frozen=True)
@@ -63,39 +71,125 @@ class Score:
         return statistics.stdev(self.losses) if len(self.losses) > 1 else 0.0
 
 
-def parse_values(specs: list[str]) -> dict[str, list[str]]:
-    """['learning_rate=1e-3,2e-3'] -> {'learning_rate': ['1e-3', '2e-3']}."""
+def seed_list(text: str) -> list[int]:
+    """--seeds: comma-separated whole numbers, each once (a repeated seed would be two runs in one folder)."""
+    seeds = [at_least(0)(seed) for seed in text.split(",")]
+    if len(set(seeds)) < len(seeds):
+        raise argparse.ArgumentTypeError(f"'{text}' repeats a seed; give each once")
+    return seeds
+
+
+def parse_values(specs: list[str], option: str) -> dict[str, list[str]]:
+    """['learning_rate=1e-3,2e-3'] -> {'learning_rate': ['1e-3', '2e-3']}; option names the flag in errors."""
     out = {}
     for spec in specs:
-        key, sep, values = spec.partition("=")
-        if not sep or not values:
-            raise InputError(f"cannot read {spec!r}: write key=value1,value2,...")
-        out[key] = values.split(",")
+        key, sep, text = spec.partition("=")
+        values = text.split(",")
+        if not sep or not key or "" in values:
+            raise InputError(f"cannot read {option} {spec!r}: write key=value1,value2,... (no empty key or value)")
+        if key in out:
+            raise InputError(f"{option} {key} is given twice; give all its values in one: {key}=v1,v2,...")
+        if len(set(values)) < len(values):
+            raise InputError(f"{option} {spec!r} repeats a value; give each once (the same point twice would be "
+                             "two runs in one folder)")
+        check_not_per_run(key.rpartition(":")[2], f"{option} {spec!r}")
+        out[key] = values
     return out
 
 
+def check_not_per_run(key: str, where: str) -> None:
+    """The sweep gives each run its seed and folder last (so they win): a value for them elsewhere would be lost."""
+    if key in SET_PER_RUN:
+        raise InputError(f"{where}: the sweep sets {key} for each run itself (seeds: --seeds; each run's folder: "
+                         "under the sweep's folder)")
+
+
+def train_args(root: str, point: Point, seed: int, base: list[str], recipes: dict[str, list[str]]) -> list[str]:
+    """train.py's arguments for one seed of a point (but --init_from, which depends on its folder)."""
+    out_dir = os.path.join(point.folder(root), f"seed{seed}")
+    return base + recipes[point.recipe] + [f"--{k}={v}" for k, v in point.values] + [
+        f"--seed={seed}", f"--out_dir={out_dir}"]
+
+
+def check_points(root: str, points: list[Point], seed: int, base: list[str], recipes: dict[str, list[str]],
+                 option: str) -> None:
+    """Resolve each point's config as train.py will, so that a misspelt key or a value of the wrong type
+    stops the sweep before any run starts or any folder is made (not after the first runs)."""
+    for point in points:
+        try:
+            load_config(train_args(root, point, seed, base, recipes))
+        except InputError as e:
+            where = ",".join(f"{k}={v}" for k, v in point.values) or "the base arguments"
+            raise InputError(f"recipe {point.recipe}, {where}: {e}; fix the {option} spec, the recipe or the "
+                             "base arguments") from None
+
+
+class Launcher:
+    """Starts the sweep's train.py processes and keeps the running ones in view, so that Ctrl-C can stop
+    them (and start no more) rather than leave them training behind the sweep."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def run(self, command: list[str], **popen_args) -> int | None:
+        """Run command to its end: its exit status, or None if the sweep is stopping (nothing started)."""
+        with self.lock:  # (so stop() sees every process started before it)
+            if self.stopping:
+                return None
+            proc = subprocess.Popen(command, **popen_args)
+            self.running.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            with self.lock:
+                self.running.discard(proc)
+
+    def stop(self, pool: ThreadPoolExecutor) -> None:
+        """Ctrl-C: cancel the runs not started and ask the running ones to stop. SIGTERM, not a second
+        SIGINT: train.py takes either as a request to save a checkpoint and stop, but a second SIGINT as
+        'kill now', and a Ctrl-C in a terminal has already sent the children one."""
+        with self.lock:
+            self.stopping = True
+            running = list(self.running)
+        for proc in running:
+            proc.send_signal(signal.SIGTERM)
+        if running:
+            print(f"stopping {len(running)} running run(s); each saves a checkpoint first (Ctrl-C again to kill "
+                  "them)", file=sys.stderr)
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        except KeyboardInterrupt:
+            for proc in running:
+                proc.kill()
+            pool.shutdown(wait=True)
+
+
 def run_seed(root: str, point: Point, seed: int, base: list[str], recipes: dict[str, list[str]],
-             device: str | None) -> None:
+             device: str | None, launcher: Launcher) -> None:
     """Train one seed of a point unless it is finished or diverged; resume it if it has a checkpoint."""
     out_dir = os.path.join(point.folder(root), f"seed{seed}")
-    if os.path.exists(os.path.join(out_dir, DIVERGED)) or finished_run(out_dir):
+    if launcher.stopping or os.path.exists(os.path.join(out_dir, DIVERGED)) or finished_run(out_dir):
         return
-    args = base + recipes[point.recipe] + [f"--{k}={v}" for k, v in point.values] + [
-        f"--seed={seed}", f"--out_dir={out_dir}", f"--init_from={'resume' if has_checkpoint(out_dir) else 'scratch'}"]
+    args = train_args(root, point, seed, base, recipes) + [
+        f"--init_from={'resume' if has_checkpoint(out_dir) else 'scratch'}"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "train.log"), "a") as log:
-        proc = subprocess.run([sys.executable, "train.py", *args], stdout=log, stderr=subprocess.STDOUT, env=env)
-    if proc.returncode != 0:
+        returncode = launcher.run([sys.executable, "train.py", *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+    if launcher.stopping:  # stopped by Ctrl-C, not failed: a rerun resumes it
+        return
+    if returncode != 0:
         with open(os.path.join(out_dir, "train.log")) as f:
             tail = f.read()[-2000:]
         if "loss is nan" in tail or "loss is inf" in tail:
             with open(os.path.join(out_dir, DIVERGED), "w") as f:
                 f.write(tail)
         else:
-            raise InputError(f"run {out_dir} failed (exit {proc.returncode}); see {out_dir}/train.log:\n{tail}")
+            raise InputError(f"run {out_dir} failed (exit {returncode}); see {out_dir}/train.log:\n{tail}")
 
 
 def finished_run(out_dir: str) -> Run | None:
@@ -116,7 +210,7 @@ def score(root: str, point: Point, seeds: list[int]) -> Score:
 
 
 def run_points(root: str, points: list[Point], seeds: list[int], base: list[str], recipes: dict[str, list[str]],
-               jobs: int, gpus: list[str]) -> dict[Point, Score]:
+               jobs: int, gpus: list[str], launcher: Launcher) -> dict[Point, Score]:
     """Every seed of every point, `jobs` at a time (one per GPU with --gpus); their scores."""
     tasks = [(point, seed) for point in points for seed in seeds]
     workers = len(gpus) or jobs
@@ -125,22 +219,39 @@ def run_points(root: str, points: list[Point], seeds: list[int], base: list[str]
     def run(task: tuple[Point, int]) -> None:
         device = free_devices.pop() if gpus else None
         try:
-            run_seed(root, *task, base, recipes, device)
+            run_seed(root, *task, base, recipes, device, launcher)
         finally:
             if device is not None:
                 free_devices.append(device)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(run, tasks))
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        for future in [pool.submit(run, task) for task in tasks]:
+            future.result()
+    except KeyboardInterrupt:
+        launcher.stop(pool)
+        raise
+    finally:  # a failed run: the others still finish (their results are kept)
+        pool.shutdown(wait=True)
     return {point: score(root, point, seeds) for point in points}
 
 
 def grid_points(recipes: list[str], grid: dict[str, list[str]]) -> list[Point]:
     """Every combination of the grid's values, per recipe; a key written recipe:key is that recipe's only."""
+    unknown = sorted({key.rpartition(":")[0] for key in grid} - {"", *recipes})
+    if unknown:
+        raise InputError(f"--grid {unknown[0]}:...: there is no recipe {unknown[0]!r}; the recipes are "
+                         f"{', '.join(recipes)}")
     points = []
     for recipe in recipes:
-        axes = {key.partition(":")[2] or key: values for key, values in grid.items()
-                if ":" not in key or key.startswith(recipe + ":")}
+        axes: dict[str, list[str]] = {}
+        for key, values in grid.items():
+            owner, _, name = key.rpartition(":")
+            if owner in ("", recipe):
+                if name in axes:
+                    raise InputError(f"--grid gives {name} twice for recipe {recipe} (as {name} and "
+                                     f"{recipe}:{name}); keep one")
+                axes[name] = values
         points += [Point(recipe, tuple(zip(axes, combo))) for combo in itertools.product(*axes.values())]
     return points
 
@@ -220,43 +331,80 @@ def plot(root: str, results: dict[Point, Score], keys: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # allow_abbrev=False: the train.py override --seed=7 is not --seeds 7
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("folder")
     parser.add_argument("base", nargs="*", help="config files and --key=value overrides for every run")
     parser.add_argument("--recipe", action="append", default=[], help="NAME=ARGS (repeatable)")
     parser.add_argument("--recipes", choices=["mini"], help="the mini reproduction's recipes from the registry")
     parser.add_argument("--grid", action="append", default=[], help="key=v1,v2,... (repeatable): every combination")
     parser.add_argument("--coordinate", action="append", default=[], help="key=v1,v2,... (repeatable)")
-    parser.add_argument("--rounds", type=int, default=2, help="coordinate search: passes over the keys")
-    parser.add_argument("--seeds", default="1", help="comma-separated seeds per point")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time on CPU, one thread each")
+    parser.add_argument("--rounds", type=at_least(1), default=2, help="coordinate search: passes over the keys")
+    parser.add_argument("--seeds", type=seed_list, default="1", help="comma-separated seeds per point")
+    parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at a time on CPU, one thread each")
     parser.add_argument("--gpus", default="", help="comma-separated GPU ids: one run per GPU at a time")
     args, overrides = parser.parse_known_args(argv)
-    with exit_on_input_error():
-        if args.grid and args.coordinate:
-            raise InputError("give --grid or --coordinate, not both")
-        recipes = {name: value.split() for name, _, value in (r.partition("=") for r in args.recipe)}
-        if args.recipes == "mini":
-            from optim import mini_recipes
-
-            recipes |= {name: value.split() for name, value in mini_recipes().items()}
-        recipes = recipes or {"run": []}
-        seeds = [int(s) for s in args.seeds.split(",")]
-        base, gpus = args.base + overrides, [g for g in args.gpus.split(",") if g]
-        os.makedirs(args.folder, exist_ok=True)
-
-        def run(points: list[Point]) -> dict[Point, Score]:
-            return run_points(args.folder, points, seeds, base, recipes, args.jobs, gpus)
-
-        if args.coordinate:
-            results = {}
-            for recipe in recipes:
-                results |= coordinate_search(args.folder, recipe, parse_values(args.coordinate), args.rounds, run)
-        else:
-            results = run(grid_points(list(recipes), parse_values(args.grid)))
-        text = write_outputs(args.folder, results, seeds)
+    try:
+        with exit_on_input_error():
+            text = run_sweep(args, overrides)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {progress(args.folder)}. Rerun the same command to go on: it skips the finished "
+              "runs and resumes the others from their checkpoints.", file=sys.stderr)
+        raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports a Ctrl-C
     print(text)
     return text
+
+
+def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
+    """Check the whole sweep, then run it and write its outputs; the table as text."""
+    if args.grid and args.coordinate:
+        raise InputError("give --grid or --coordinate, not both")
+    recipes = {name: value.split() for name, _, value in (r.partition("=") for r in args.recipe)}
+    if args.recipes == "mini":
+        from optim import mini_recipes
+
+        recipes |= {name: value.split() for name, value in mini_recipes().items()}
+    recipes = recipes or {"run": []}
+    base, gpus = args.base + overrides, [g for g in args.gpus.split(",") if g]
+    for arg in base + [arg for recipe_args in recipes.values() for arg in recipe_args]:
+        if arg.startswith("--"):
+            check_not_per_run(arg[2:].partition("=")[0], arg)
+    option = "--coordinate" if args.coordinate else "--grid"
+    axes = parse_values(args.coordinate or args.grid, option)
+    if args.coordinate and any(":" in key for key in axes):
+        raise InputError("--coordinate takes plain keys (RECIPE:key is for --grid); each recipe searches them all")
+    # the coordinate search can reach any combination of its values, as the grid runs them all
+    check_points(args.folder, grid_points(list(recipes), axes), args.seeds[0], base, recipes, option)
+    os.makedirs(args.folder, exist_ok=True)
+    launcher = Launcher()
+
+    def run(points: list[Point]) -> dict[Point, Score]:
+        return run_points(args.folder, points, args.seeds, base, recipes, args.jobs, gpus, launcher)
+
+    if args.coordinate:
+        results = {}
+        for recipe in recipes:
+            results |= coordinate_search(args.folder, recipe, axes, args.rounds, run)
+    else:
+        results = run(grid_points(list(recipes), axes))
+    return write_outputs(args.folder, results, args.seeds)
+
+
+def progress(root: str) -> str:
+    """How far the sweep in root got: its finished runs, and the unfinished ones a rerun resumes."""
+    finished = resumable = unsaved = 0
+    for folder, _, files in os.walk(root):  # (no folder yet: nothing ran)
+        if "train.log" not in files:
+            continue
+        if finished_run(folder) or DIVERGED in files:
+            finished += 1
+        elif has_checkpoint(folder):
+            resumable += 1
+        else:
+            unsaved += 1
+    return (f"{finished} run(s) in {root} finished (or diverged), {resumable} stopped with a checkpoint, "
+            f"{unsaved} stopped before their first checkpoint (they start again)")
 
 
 if __name__ == "__main__":

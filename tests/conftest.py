@@ -93,18 +93,18 @@ def save_results_of_ranks(run) -> None:
 
 @contextlib.contextmanager
 def counted_orthogonalizations():
-    """Count the Newton-Schulz runs (optim.muon.orthogonalized_update calls) inside the block:
+    """Count the Newton-Schulz runs (optim.newton_schulz.newton_schulz5 calls) inside the block:
     yields a one-item list holding the count."""
-    import optim.muon
+    import optim.newton_schulz
 
-    original, count = optim.muon.orthogonalized_update, [0]
+    original, count = optim.newton_schulz.newton_schulz5, [0]
 
     def counted(*args, **kwargs):
         count[0] += 1
         return original(*args, **kwargs)
 
-    optim.muon.orthogonalized_update = counted
+    optim.newton_schulz.newton_schulz5 = counted
     try:
         yield count
     finally:
-        optim.muon.orthogonalized_update = original
+        optim.newton_schulz.newton_schulz5 = original

@@ -58,3 +58,11 @@ def test_values_out_of_range_are_refused():
         TrainConfig(warmup_iters=-1)
     with pytest.raises(ConfigError, match="MARS-exact"):
         TrainConfig(dtype="float16", optimizer="mars", is_approx=False)
+
+
+def test_names_a_config_file_imports_are_not_settings(tmp_path):
+    path = tmp_path / "cfg.py"
+    path.write_text("import math\nimport os.path\nfrom math import pi, sqrt as root\n"
+                    "learning_rate = pi * 1e-4\nmax_iters = int(root(100))\n")
+    cfg = load_config([str(path)])
+    assert cfg.learning_rate == pytest.approx(3.14159e-4, rel=1e-5) and cfg.max_iters == 10

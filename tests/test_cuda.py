@@ -21,8 +21,8 @@ from config import TrainConfig
 from conftest import REPO, run_train, tiny_run_args
 from model import GPT, GPTConfig
 from optim import MARS, OPTIMIZERS, build_optimizer
-from optim.muon import NS5_EPS, orthogonalized_across_ranks
-from optim.newton_schulz import orthogonalized_update
+from optim.muon import NS5_EPS
+from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks, orthogonalized_update
 from test_optim import (
     MARS_DEFAULTS, STEPS, TINY, gradient_stream, make_groups, make_params, reference_ns5, run_optimizer,
     run_reference_mars, tiny_config,
@@ -115,12 +115,11 @@ def test_bf16_newton_schulz_on_cuda_matches_float64_reference(shape):
     matrices (measured with a bf16 emulation on CPU); a wrong coefficient or orientation costs O(1)."""
     matrix = torch.randn(shape, generator=torch.Generator().manual_seed(0)).cuda()
     scale = max(1.0, shape[0] / shape[1]) ** 0.5
-    updates = {"muon": (orthogonalized_across_ranks([matrix], 5)[0], NS5_EPS),
+    updates = {"muon": (newton_schulz5_across_ranks([matrix], 5, NS5_EPS)[0] * muon_scale(*shape), NS5_EPS),
                "mars-shampoo": (orthogonalized_update(matrix, eps=MARS_DEFAULTS["eps"]), MARS_DEFAULTS["eps"])}
     for name, (update, eps) in updates.items():
         expected = reference_ns5(matrix.double(), eps) * scale
-        # fp32 out, and contiguous: Muon's all-gather under DDP views each update flat
-        assert update.dtype == torch.float32 and update.is_contiguous(), name
+        assert update.dtype == torch.float32, name  # the parameters' dtype
         error = ((update.double() - expected).norm() / expected.norm()).item()
         assert error < 6e-2, f"{name}: relative error {error:.3e}"
 
@@ -207,4 +206,6 @@ def test_torchrun_with_nccl_on_one_gpu(tiny_dataset, tmp_path, monkeypatch):
 def test_torchrun_with_nccl_on_two_gpus_matches_one_process(tiny_dataset, tmp_path, monkeypatch):
     """tests/test_train.py's two-process DDP test (gloo on CPU there), on two GPUs with NCCL, bf16, compiled."""
     monkeypatch.setattr(test_train, "tiny_run_args", cuda_run_args)
-    test_train.test_two_process_ddp_matches_one_process(tiny_dataset, tmp_path)
+    # bf16 rounds a 4-sequence and two 2-sequence micro-batches differently (bf16 has 8 bits of mantissa:
+    # ~0.4% per rounding); a wrong all-reduce or data split costs far more than 2%.
+    test_train.test_two_process_ddp_matches_one_process(tiny_dataset, tmp_path, rel=2e-2)

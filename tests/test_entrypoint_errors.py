@@ -1,4 +1,4 @@
-"""Bad input to every entry point (eval/, sample.py, data/, scripts/): a wrong path, a missing or corrupt
+"""Bad input to every entry point (train.py, eval/, sample.py, data/, scripts/): a wrong path, a missing or corrupt
 file, a wrong name or value, an empty corpus. Each gets a short error naming the input, a non-zero exit
 status and no traceback, and leaves what is already on disk as it was.
 
@@ -14,11 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 
 from conftest import REPO
 from config import TrainConfig
+from data.shards import write_shard
 from model import GPT, GPTConfig
 
 HELLASWAG_ROW = {"ind": 1, "activity_label": "Baking cookies", "ctx_a": "A chef shows a stack of baking pans.",
@@ -67,6 +69,14 @@ def run_folder(d: Path, config: str | None = None, metrics: list | None = None) 
     write(d / "config.json", json.dumps(info) if config is None else config)
     good = [{"type": "val", "step": 0, "tokens": 0, "val_loss": 10.0, "time": 1.0}]
     jsonl(d / "metrics.jsonl", good if metrics is None else metrics)
+    return d
+
+
+def tiny_shards(d: Path) -> Path:
+    """A train and a val token shard, enough for a tiny model to start."""
+    d.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val"):
+        write_shard(str(d / f"tiny_{split}_000001.bin"), np.arange(1000, dtype=np.uint16) % 97)
     return d
 
 
@@ -158,6 +168,12 @@ CASES: dict[str, Callable[[Path], Case]] = {
         [str(d / "shards" / "manifest.json")], untouched=[write(d / "shards" / "manifest.json", "{cut sh").parent]),
     "prepare_verify_missing_folder": lambda d: Case(["-m", "data.prepare", "verify", str(d / "nothing")],
                                                     [str(d / "nothing")]),
+
+    "train_cuda_without_a_gpu": lambda d: Case(
+        ["train.py", "--device=cuda:1", f"--data_dir={tiny_shards(d / 'data')}", f"--out_dir={d / 'out'}",
+         "--n_layer=1", "--n_head=1", "--n_embd=8", "--block_size=8", "--total_batch_size=64",
+         "--micro_batch_size=8"],
+        ["config key 'device'", "'cuda:1'", "no usable CUDA GPU"], untouched=[d], env=dict(CUDA_VISIBLE_DEVICES="")),
 
     "quickstart_out_is_a_file": lambda d: Case(["-m", "data.quickstart", "--out", str(write(d / "stdlib", "mine"))],
                                                [str(d / "stdlib"), "--out"], untouched=[d / "stdlib"]),

@@ -4,7 +4,9 @@ evaluator against lm-evaluation-harness (its own hellaswag preprocessing, run
 through our adapter both by simple_evaluate and by our CLI), the scoring
 conventions (length normalisation, left truncation, token splitting), the
 adapter's rolling log-likelihood and greedy generation, the Hugging Face export
-against transformers, and sample.py.
+against transformers, each evaluator on the checkpoint's own tokenizer (a byte
+model scored on bytes; a tokenizer beyond the model's vocabulary refused), and
+sample.py.
 """
 
 import dataclasses
@@ -21,6 +23,7 @@ from lm_eval.api.instance import Instance
 
 import sample
 from checkpoint import load_model
+from conftest import run_train, tiny_run_args
 from data.tokenizer import EOT_TOKEN, get_encoding
 from eval import export_hf, harness, hellaswag
 from eval.harness import GPTLM
@@ -55,12 +58,13 @@ HELLASWAG_EXAMPLES = [
      "label": 0, "split": "val", "source_id": "activitynet~v_clean"},
 ]
 TINY = dict(n_layer=2, n_head=2, n_embd=32, dropout=0.0)
+BYTE_VOCAB = 264  # config/mini.py's: 256 bytes + <|endoftext|>, padded
 
 
-def save_checkpoint(model: GPT, path: str) -> str:
-    """A checkpoint as train.py writes one (the keys checkpoint.load_model reads)."""
+def save_checkpoint(model: GPT, path: str, tokenizer: str = "gpt2") -> str:
+    """A checkpoint as train.py writes one (the keys checkpoint.load_model and tokenizer_of read)."""
     torch.save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config),
-                "config": {}, "step": 0}, path)
+                "config": {"tokenizer": tokenizer}, "step": 0}, path)
     return path
 
 
@@ -72,6 +76,14 @@ def tiny_gpt(seed: int = 0, **overrides) -> GPT:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> str:
     return save_checkpoint(tiny_gpt(), str(tmp_path_factory.mktemp("ckpt") / "ckpt.pt"))
+
+
+@pytest.fixture(scope="module")
+def byte_checkpoint(tmp_path_factory) -> str:
+    """A model of config/mini.py's byte vocabulary, trained (as its checkpoint says) on byte shards;
+    block_size fits HellaSwag's endings in bytes."""
+    model = tiny_gpt(vocab_size=BYTE_VOCAB, block_size=256)
+    return save_checkpoint(model, str(tmp_path_factory.mktemp("bytes") / "ckpt.pt"), tokenizer="bytes")
 
 
 @pytest.fixture(scope="module")
@@ -268,12 +280,12 @@ def test_rolling_loglikelihood_equals_windowed_model_loss():
     assert len(encode(texts[1])) > 3 * block_size and len(encode(texts[1])) % block_size  # a partial last block
 
 
-def reference_greedy(model: GPT, context: list[int], max_new_tokens: int) -> list[int]:
-    """One sequence at a time, no padding; argmax over the 50257 real tokens."""
+def reference_greedy(model: GPT, context: list[int], max_new_tokens: int, tokenizer: str = "gpt2") -> list[int]:
+    """One sequence at a time, no padding; argmax over the tokenizer's real tokens."""
     tokens = list(context)
     for _ in range(max_new_tokens):
         logits, _ = model(torch.tensor([tokens]))
-        tokens.append(logits[0, -1, : get_encoding().n_vocab].argmax().item())
+        tokens.append(logits[0, -1, : get_encoding(tokenizer).n_vocab].argmax().item())
     return tokens[len(context) :]
 
 
@@ -290,6 +302,26 @@ def test_generate_until_is_batched_greedy_with_stop_sequences():
     stop = references[0][len(references[0]) // 2 :][:3]
     stopped = lm.generate_until([Instance("generate_until", {}, (contexts[0], {"until": [stop], "max_gen_toks": 8}), 0)])
     assert stopped == [references[0][: references[0].find(stop)]]
+
+
+def test_generate_until_on_bytes_runs_to_its_limit_and_stops_at_eot():
+    """The byte tokenizer's EOT decodes to no text: as a stop sequence ("") it would end every
+    generation after one byte, so EOT ends a sequence by its id instead."""
+    model = tiny_gpt(seed=3, vocab_size=BYTE_VOCAB)
+    lm = GPTLM(model=model, batch_size=2, tokenizer="bytes")
+    context, enc = "Once upon a time", get_encoding("bytes")
+    reference = reference_greedy(model, encode(context, enc), 8, "bytes")
+    assert enc.eot_token not in reference  # (this seed) so the text runs to max_gen_toks
+    request = Instance("generate_until", {}, (context, {"until": [], "max_gen_toks": 8}), 0)
+    assert lm.generate_until([request]) == [enc.decode(reference)]
+    with torch.no_grad():  # every position's likeliest next token is now EOT
+        wte = model.transformer.wte.weight
+        wte[enc.eot_token] *= 10
+        model.transformer.ln_f.weight.zero_()
+        model.transformer.ln_f.bias.copy_(wte[enc.eot_token])
+    forwards = []
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    assert lm.generate_until([request]) == [""] and len(forwards) == 1
 
 
 # ----------------------------------------------------------------- Hugging Face export
@@ -325,6 +357,70 @@ def test_export_refuses_what_gpt2_cannot_express(monkeypatch):
     monkeypatch.setattr(export_hf, "EXPRESSIBLE_FIELDS", export_hf.EXPRESSIBLE_FIELDS - {"bias"})
     with pytest.raises(ValueError, match="bias"):
         export_hf.hf_config(GPTConfig(**TINY))
+
+
+def test_export_refuses_a_byte_tokenizer_checkpoint(byte_checkpoint, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        export_hf.main(["--checkpoint", byte_checkpoint, "--out", str(tmp_path / "hf")])
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and f"{byte_checkpoint} was trained with the 'bytes' tokenizer" in error
+    assert "the Hugging Face export writes GPT-2's tokenizer" in error
+    assert not (tmp_path / "hf").exists()  # refused before anything is written
+
+
+# ----------------------------------------------------------------- the checkpoint's own tokenizer
+
+
+def test_hellaswag_and_harness_score_a_byte_model_on_its_bytes(byte_checkpoint, hellaswag_jsonl, tmp_path):
+    """A byte-tokenizer checkpoint (config/mini.py's kind) is scored on its own tokens by both
+    evaluators: GPT-2 ids would index past its 264-row embedding."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    ours = hellaswag.main(["--checkpoint", byte_checkpoint, "--data", hellaswag_jsonl, "--device", "cpu"])
+    assert ours["count"] == len(HELLASWAG_EXAMPLES)
+    enc = get_encoding("bytes")
+    assert split_context_continuation("Hi there", " you", enc) == (list(b"Hi there"), list(b" you"))
+    our_lls = score_examples(load_model(byte_checkpoint), load_hellaswag(hellaswag_jsonl), "cpu", NO_AUTOCAST, 5, enc)
+
+    task_dir = write_task_yaml(tmp_path / "tasks", hellaswag_jsonl, "hellaswag_local")
+    results = simple_evaluate(model=GPTLM(checkpoint=byte_checkpoint, batch_size=3), tasks=["hellaswag_local"],
+                              task_manager=TaskManager(include_path=task_dir, include_defaults=False))
+    metrics = results["results"]["hellaswag_local"]
+    assert (metrics["acc,none"], metrics["acc_norm,none"]) == (ours["acc"], ours["acc_norm"])
+    samples = sorted(results["samples"]["hellaswag_local"], key=lambda s: s["doc_id"])
+    for sample, mine in zip(samples, our_lls, strict=True):
+        assert [ll for ll, _ in sample["filtered_resps"]] == pytest.approx(mine, rel=1e-6)
+
+
+def test_a_tokenizer_beyond_the_models_vocabulary_is_refused(hellaswag_jsonl, tmp_path, capsys):
+    """A checkpoint whose run says GPT-2 tokens but whose model has 264 ids (byte shards trained
+    under the default tokenizer setting): each entry point names the mismatch, exit status 2,
+    instead of an IndexError (on CUDA, a device-side assert)."""
+    checkpoint = save_checkpoint(tiny_gpt(vocab_size=BYTE_VOCAB), str(tmp_path / "ckpt.pt"))
+    task_dir = write_task_yaml(tmp_path / "tasks", hellaswag_jsonl, "hellaswag")
+    commands = [
+        lambda: hellaswag.main(["--checkpoint", checkpoint, "--data", hellaswag_jsonl, "--device", "cpu"]),
+        lambda: harness.main(["--checkpoint", checkpoint, "--tasks", "hellaswag", "--include_path", task_dir,
+                              "--device", "cpu"]),
+        lambda: export_hf.main(["--checkpoint", checkpoint, "--out", str(tmp_path / "hf")]),
+    ]
+    for command in commands:
+        with pytest.raises(SystemExit) as stopped:
+            command()
+        error = capsys.readouterr().err
+        assert stopped.value.code == 2 and "vocabulary of 264 ids but its tokenizer 'gpt2' has 50257" in error
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "tasks"]  # no results, no export
+
+
+def test_hellaswag_in_the_training_loop_uses_the_runs_tokenizer(tiny_dataset, hellaswag_jsonl, tmp_path):
+    """train.py's HellaSwag tokenises with the run's `tokenizer`, refused where its ids do not fit
+    the model (GPT-2 tokens, vocab_size 128): a named error, exit 2, no IndexError traceback."""
+    args = tiny_run_args(tiny_dataset, str(tmp_path / "run"), vocab_size=128, hellaswag_interval=6,
+                         hellaswag_file=hellaswag_jsonl)
+    proc = run_train(args, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "vocabulary of 128 ids but its tokenizer 'gpt2' has 50257" in proc.stderr
 
 
 # ----------------------------------------------------------------- sample.py

@@ -216,8 +216,8 @@ def test_compiled_kernels_give_the_eager_numbers(per_tensor, monkeypatch):
 
 
 def test_a_failing_compile_falls_back_to_the_same_numbers(monkeypatch):
-    def no_compiler(*args, **kwargs):
-        raise RuntimeError("no C++ compiler")
+    def no_compiler(*args, **kwargs):  # what torch.compile raises without a C++ compiler (inductor's error)
+        raise torch._dynamo.exc.BackendCompilerFailed(no_compiler, RuntimeError("no C++ compiler"), None)
 
     kernel = optim.rules.MARS_ADAMW
     monkeypatch.setattr(kernel, "compiled_per_tensor", no_compiler)
@@ -233,6 +233,35 @@ def test_a_failing_compile_falls_back_to_the_same_numbers(monkeypatch):
     assert any("running eagerly" in str(w.message) for w in caught)
     for eager, fallback in zip(*results):
         torch.testing.assert_close(fallback, eager, rtol=1e-6, atol=1e-7)
+
+
+def test_an_error_midway_through_the_compiled_kernels_propagates_without_an_eager_rerun(monkeypatch):
+    """Out of memory in the second tensor's kernel, after the first tensor was updated: re-running the
+    step eagerly would update the first again (and leave the rules eager for good). It must propagate."""
+    kernel = optim.rules.MARS_ADAMW
+    calls = []
+
+    def out_of_memory_at_the_second_tensor(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        kernel.rule(*args, **kwargs)
+
+    monkeypatch.setattr(optim.rules, "compile_per_tensor", lambda device: True)
+    monkeypatch.setattr(kernel, "compiled_per_tensor", out_of_memory_at_the_second_tensor)
+    monkeypatch.setattr(kernel, "compile_failed", False)
+    params = make_params()
+    before = [p.detach().clone() for p in params]
+    optimizer = MARS(params, weight_decay=0.1, compiled=True)
+    for p, (g, _) in zip(params, gradient_stream(1)[0]):
+        p.grad = g.to(p.dtype)
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(torch.OutOfMemoryError):
+        warnings.simplefilter("always")
+        optimizer.step()
+    assert not kernel.compile_failed and not [w for w in caught if "running eagerly" in str(w.message)]
+    assert len(calls) == 2  # nothing ran after the error
+    changed = [not torch.equal(p, b) for p, b in zip(params, before)]
+    assert sum(changed) == 1, changed  # the first tensor's update stands, once
 
 
 # ----------------------------------------------------------------------------- g_prev, stash and zero_grad

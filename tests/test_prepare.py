@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import run_train, tiny_run_args
 from data import prepare as p
 from data.loader import TokenWindows
 from data.shards import HEADER_BYTES, ShardError, open_shard, write_shard
@@ -270,6 +271,23 @@ def test_killed_process_resumes_to_identical_bytes(fineweb, tmp_path):
     assert folder_bytes(out) == folder_bytes(reference)
 
 
+def test_training_refuses_a_folder_whose_preparation_was_killed(fineweb, tmp_path):
+    """train.py on the shards of a SIGKILLed prepare: a named error saying how to finish, not a run on
+    part of the data. A finished folder (and one without a manifest, as the other tests' data) passes."""
+    _, files, reference = fineweb
+    out = str(tmp_path / "killed")
+    args = ["fineweb-edu", "--subset", "sample-10BT", "--files", *files, "--out", out, "--shard-size", str(SHARD_SIZE),
+            "--workers", "1"]
+    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT.format(kill_after=8), *args],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    proc = run_train(tiny_run_args(out, str(tmp_path / "run"), max_iters=2), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{out} is only partly prepared" in proc.stderr and "python -m data.prepare command again" in proc.stderr
+    assert not os.path.exists(tmp_path / "run")
+    p.check_complete(str(reference))
+
+
 # -----------------------------------------------------------------------------
 # verify, and the loader, on damaged shards
 
@@ -443,3 +461,21 @@ def test_byte_tokenizer_shards_hold_each_documents_utf8_bytes(tmp_path, monkeypa
     monkeypatch.setattr(p, "prepare", lambda source, out, **kw: captured.append((source, out)))
     assert p.main(["text", "--tokenizer", "bytes", "--files", str(corpus), "--name", "docs"]) == 0
     assert captured[0][0].tokenizer == "bytes" and captured[0][1] == os.path.join(REPO, "data", "docs_bytes")
+
+
+def test_a_file_that_is_not_utf8_is_read_with_replacements_and_named(tmp_path, capsys):
+    """A stray Latin-1 byte in one file costs that character, with a warning naming the file, not the
+    whole preparation."""
+    good = write_jsonl(tmp_path / "good.jsonl", [{"text": "the first document"}, {"text": "the last document"}])
+    bad_jsonl = tmp_path / "bad.jsonl"
+    bad_jsonl.write_bytes(b'{"text": "caf\xe9 au lait"}\n{"text": "a fine line"}\n')
+    bad_txt = tmp_path / "bad.txt"
+    bad_txt.write_bytes(b"na\xefve text\n")
+    out = tmp_path / "out"
+    assert p.main(["text", "--files", good, str(bad_jsonl), str(bad_txt), "--out", str(out), "--workers", "1",
+                   "--val-fraction", "0"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {bad_jsonl} is not valid UTF-8 (byte 13 " in err and f"warning: {bad_txt} is not valid" in err
+    assert good not in err
+    assert documents_of(split_tokens(str(out), "train")) == [
+        "the first document", "the last document", "caf\ufffd au lait", "a fine line", "na\ufffdve text\n"]

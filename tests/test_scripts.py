@@ -2,7 +2,8 @@
 2 steps of a tiny model, here on the tiny dataset) with the config file and overrides it names, so
 a broken flag never reaches a cluster. Also: the token budget, torchrun with 2 processes, the
 multi-node rendezvous, resuming by rerunning, the mini reproduction's scripts, and the downstream
-evaluation feeding report.py's table."""
+evaluation feeding report.py's table. A dry run stays out of the real run's folder, and paths with spaces
+work."""
 
 import glob
 import json
@@ -14,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, tiny_run_args
 from config import read_config_file
 from optim import mini_recipes
 
@@ -44,10 +45,15 @@ def free_port() -> int:
 
 
 def run_script(script: str, out_root, data_dir: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """bash scripts/<script> in dry-run mode, runs under out_root."""
-    env = dict(os.environ, DRY_RUN="1", DATA_DIR=data_dir, OUT_ROOT=str(out_root), OMP_NUM_THREADS="1", **env)
+    """bash scripts/<script> in dry-run mode (unless env says DRY_RUN=0), runs under out_root."""
+    env = {**os.environ, "DRY_RUN": "1", "DATA_DIR": data_dir, "OUT_ROOT": str(out_root), "OMP_NUM_THREADS": "1", **env}
     return subprocess.run(["bash", str(REPO / "scripts" / script), *args], env=env, capture_output=True,
                           text=True, timeout=600, cwd=REPO)
+
+
+def dry_run_root(out_root) -> str:
+    """Where the dry runs of OUT_ROOT=out_root go: apart from its real runs."""
+    return os.path.join(out_root, "dry_run")
 
 
 def check_ok(proc: subprocess.CompletedProcess) -> None:
@@ -74,13 +80,13 @@ JOBS = {
 
 @pytest.fixture(scope="module")
 def dry_runs(tiny_dataset, tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, str]]:
-    """Every job's finished process and its OUT_ROOT."""
+    """Every job's finished process and the folder its dry runs went to."""
     root = tmp_path_factory.mktemp("dry_runs")
 
     def run(job: str) -> tuple[subprocess.CompletedProcess, str]:
         script, env = JOBS[job]
         out_root = str(root / job)
-        return run_script(script, out_root, tiny_dataset, **env), out_root
+        return run_script(script, out_root, tiny_dataset, **env), dry_run_root(out_root)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(JOBS, pool.map(run, JOBS)))
@@ -145,8 +151,32 @@ def test_rerunning_a_script_resumes_its_run(tiny_dataset, tmp_path):
     check_ok(second)
     assert "ckpt.pt exists: resuming it" in second.stdout and "resuming" in second.stdout
     assert "--init_from=resume" in second.stderr
-    _, rows = read_run(tmp_path / "gpt2_medium_adamw")
+    _, rows = read_run(os.path.join(dry_run_root(tmp_path), "gpt2_medium_adamw"))
     assert [r["step"] for r in rows if r["type"] == "train"] == [1, 2]
+
+
+def test_a_dry_run_leaves_the_real_runs_folder_alone(tiny_dataset, tmp_path):
+    dry = run_script("run_adamw_small.sh", tmp_path, tiny_dataset)
+    check_ok(dry)
+    real_dir = tmp_path / "gpt2_small_adamw"
+    assert not real_dir.exists() and os.path.exists(os.path.join(dry_run_root(tmp_path), "gpt2_small_adamw", "ckpt.pt"))
+    # the real launch (made tiny by its overrides; its folder as the script names it) starts from scratch
+    real = run_script("run_adamw_small.sh", tmp_path, tiny_dataset,
+                      *tiny_run_args(tiny_dataset, str(real_dir), max_iters=2, eval_interval=2, compile=False),
+                      DRY_RUN="0", NGPU="1")
+    check_ok(real)
+    assert "resuming" not in real.stdout and "--init_from=resume" not in real.stderr
+    info, _ = read_run(real_dir)
+    assert info["config"]["n_layer"] == 2 and info["config"]["init_from"] == "scratch"
+
+
+def test_paths_with_spaces(tiny_dataset, tmp_path):
+    data_dir, out_root = tmp_path / "my data", tmp_path / "my runs"
+    data_dir.symlink_to(tiny_dataset, target_is_directory=True)
+    proc = run_script("run_mars_small.sh", out_root, str(data_dir))
+    check_ok(proc)
+    info, rows = read_run(os.path.join(dry_run_root(out_root), "gpt2_small_mars"))
+    assert info["config"]["data_dir"] == str(data_dir) and [r["step"] for r in rows if r["type"] == "val"] == [0, 2]
 
 
 def test_mini_sweep_runs_every_registry_recipe_through_the_sweep_tool(dry_runs):

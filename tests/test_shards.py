@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from conftest import patterned_tokens, run_train, tiny_run_args
 from data.loader import TokenWindows, TrainBatches, validation_window_ids
 from data.shards import HEADER_BYTES, ShardError, open_shard, write_shard
 
@@ -60,3 +61,39 @@ def test_validation_windows_are_fixed_and_spread(tiny_dataset):
     ids = validation_window_ids(windows, 16)
     assert np.array_equal(ids, validation_window_ids(windows, 16))
     assert ids[0] == 0 and ids[-1] == windows.num_windows - 1 and len(ids) == 16
+
+
+# ----------------------------------------------------------------- ids beyond the model's vocabulary
+
+BYTE_VOCAB = 264  # config/mini.py's: 256 bytes + <|endoftext|>, padded
+
+
+def gpt2_like_shards(folder) -> str:
+    """Train and val shards of small ids with GPT-2's <|endoftext|> (50256) before every 100th token:
+    GPT-2 token shards, as a byte-vocabulary model must not read them."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 6_000), ("val", 2_000)):
+        tokens = patterned_tokens(rng, count)
+        tokens[::100] = 50256
+        write_shard(str(folder / f"gpt2_{split}_000001.bin"), tokens)
+    return str(folder)
+
+
+def test_gather_refuses_an_id_beyond_the_vocabulary(tmp_path):
+    windows = TokenWindows(gpt2_like_shards(tmp_path), "train", block_size=8, vocab_size=BYTE_VOCAB)
+    windows.gather(np.array([1, 50]))  # windows without the id load: nothing is scanned up front
+    with pytest.raises(ShardError) as error:
+        windows.gather(np.array([1, 195]))  # the second window holds position 200
+    message = str(error.value)
+    assert str(tmp_path / "gpt2_train_000001.bin") in message and "token id 50256 at position 200" in message
+    assert "vocab_size 264" in message and "--tokenizer" in message and "data.prepare verify" in message
+
+
+def test_train_on_shards_beyond_the_vocabulary_stops_with_a_named_error(tmp_path):
+    """GPT-2 token shards under a byte-tokenizer config: a named error, exit status 2, no IndexError
+    traceback (on CUDA, a device-side assert) and no checkpoint."""
+    data, out = gpt2_like_shards(tmp_path), tmp_path / "run"
+    proc = run_train(tiny_run_args(data, str(out), tokenizer="bytes", vocab_size=BYTE_VOCAB), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "gpt2_val_000001.bin: token id 50256" in proc.stderr and "vocab_size 264" in proc.stderr
+    assert not (out / "ckpt.pt").exists()

@@ -1,18 +1,32 @@
 """scripts/sweep.py end to end on CPU: a grid of 2 points x 2 seeds (plus a diverging point), its table,
-CSV and plot; a rerun that trains nothing; the coordinate search moving its centre."""
+CSV and plot; a rerun that trains nothing; the coordinate search moving its centre. Bad arguments stop
+it before anything runs; Ctrl-C stops its runs with a checkpoint and says how to go on."""
 
+import contextlib
 import csv
 import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import tiny_run_args
+from checkpoint import has_checkpoint
+from conftest import REPO, tiny_run_args
 from scripts import sweep
 
 
-def tiny(tiny_dataset, tmp_path) -> list[str]:
-    args = tiny_run_args(tiny_dataset, str(tmp_path / "unused"), max_iters=4, eval_interval=2, log_interval=2)
-    return [a for a in args if not a.startswith("--out_dir")]
+def tiny(tiny_dataset, tmp_path, **overrides) -> list[str]:
+    settings = dict(max_iters=4, eval_interval=2, log_interval=2) | overrides
+    args = tiny_run_args(tiny_dataset, str(tmp_path / "unused"), **settings)
+    return [a for a in args if not a.startswith(("--out_dir=", "--seed="))]  # the sweep sets them per run
+
+
+def sweep_command(*args: str) -> list[str]:
+    """python -m scripts.sweep ARGS, as a user runs it (from the repository root)."""
+    return [sys.executable, "-m", "scripts.sweep", *args]
 
 
 def test_grid_with_seeds_table_plot_rerun_and_divergence(tiny_dataset, tmp_path, monkeypatch):
@@ -62,7 +76,59 @@ def test_coordinate_search_moves_the_centre_to_the_best_value(tiny_dataset, tmp_
     assert len(trained) == 10
 
 
-def test_bad_sweep_arguments_are_named(tmp_path):
-    with pytest.raises(SystemExit) as e:
-        sweep.main([str(tmp_path), "--grid", "learning_rate"])
-    assert e.value.code == 2
+# bad arguments: what the error must say
+BAD_ARGUMENTS = {
+    "--seeds 1,x": "argument --seeds: 'x' is not a whole number",
+    "--jobs 0": "argument --jobs: must be at least 1",
+    "--grid learning_rate": "cannot read --grid 'learning_rate': write key=value1,value2",
+    "--grid learning_rate=3e-3,": "cannot read --grid 'learning_rate=3e-3,'",
+    "--grid lerning_rate=3e-3": "unknown config key 'lerning_rate' (did you mean 'learning_rate'?)",
+    "--grid learning_rate=fast": "config key 'learning_rate' must be float, got 'fast'",
+    "--seed=7": "--seed=7: the sweep sets seed for each run itself (seeds: --seeds",
+}
+
+
+@pytest.fixture(scope="module")
+def bad_sweeps(tiny_dataset, tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, str]]:
+    """Each bad argument's finished sweep and its folder (run a few at a time: each start imports torch)."""
+    root = tmp_path_factory.mktemp("bad_sweeps")
+
+    def run(bad: str) -> tuple[subprocess.CompletedProcess, str]:
+        folder = str(root / f"sweep{list(BAD_ARGUMENTS).index(bad)}")
+        command = sweep_command(folder, *tiny(tiny_dataset, root), *bad.split())
+        return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120), folder
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(BAD_ARGUMENTS, pool.map(run, BAD_ARGUMENTS)))
+
+
+@pytest.mark.parametrize("bad", BAD_ARGUMENTS)
+def test_bad_sweep_arguments_stop_it_before_anything_runs(bad, bad_sweeps):
+    proc, folder = bad_sweeps[bad]
+    assert proc.returncode == 2 and BAD_ARGUMENTS[bad] in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not os.path.exists(folder)  # no run started, no folder made
+
+
+def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(tiny_dataset, tmp_path):
+    """SIGINT to the sweep alone (kill -INT; a terminal's Ctrl-C reaches its runs too): the running run
+    saves a checkpoint and stops, no other starts, and the sweep exits 130 saying how to resume."""
+    folder = tmp_path / "sweep"
+    endless = tiny(tiny_dataset, tmp_path, max_iters=100_000, eval_interval=100_000, log_interval=1)
+    proc = subprocess.Popen(sweep_command(str(folder), *endless, "--seeds", "1,2"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+    log = folder / "run" / "base" / "seed1" / "train.log"
+    try:
+        deadline = time.time() + 60
+        while not (log.exists() and "step 1/" in log.read_text()):  # training, its stop handler installed
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.time() < deadline, "no training step within a minute"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a sweep that ignored the signal, and its run
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "1 stopped with a checkpoint" in err and "Rerun the same command to go on" in err
+    assert "stopped by SIGTERM" in log.read_text() and has_checkpoint(str(log.parent))
+    assert not (folder / "run" / "base" / "seed2").exists()

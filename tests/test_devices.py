@@ -1,0 +1,136 @@
+"""
+Device placement, tested on a CPU-only machine: every place where a checkpoint or a batch crosses
+between host and device, exercised with a device that is not the CPU (PyTorch's `meta` device: a
+meta tensor handed to a CPU-only API such as torch.set_rng_state fails as a CUDA one does), and
+train.py with torch.compile and bf16 autocast on CPU, resumed bit-exact, and resumed under
+torchrun with rank 0 verifying the checkpoint for both ranks.
+"""
+
+import os
+import subprocess
+import sys
+
+import torch
+
+import train
+from checkpoint import load_model, save_checkpoint, step_path
+from config import load_config
+from conftest import REPO, run_train, tiny_run_args
+from data.loader import to_device
+from model import GPT, GPTConfig
+from optim import build_optimizer
+from runlog import RunLog
+from runtime import Runtime
+from test_train import load_weights, read_metrics
+
+META = torch.device("meta")
+
+
+def test_resume_onto_a_device_that_is_not_the_cpu(tiny_dataset, tmp_path):
+    """A checkpoint resumed onto another device (meta here, CUDA for users): the model and the
+    optimizer state arrive on that device, the RNG states stay on the CPU where torch.set_rng_state
+    and torch.cuda.set_rng_state want them (resume and eval_only crashed on every GPU with them moved)."""
+    out = str(tmp_path / "run")
+    args = tiny_run_args(tiny_dataset, out, max_iters=4, eval_interval=4, optimizer="mars")
+    run_train(args)
+    cfg = load_config(args + ["--init_from=resume"])
+    rt = Runtime(rank=0, local_rank=0, world_size=1, device=META)
+    with META:  # (.to("meta") would untie the head from the embedding; .to("cuda") keeps the tie)
+        model = GPT(GPTConfig(**cfg.model_args()))
+    optimizer = build_optimizer(model, cfg, META.type)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    fingerprint = train.load_data(cfg, rt).fingerprint
+    run = train.resume_run(cfg, rt, model, optimizer, scaler, fingerprint, RunLog(enabled=False))
+    assert run.step == 4
+    saved = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    assert torch.equal(torch.get_rng_state(), saved["rng"][0]["cpu"])
+    assert all(p.device == META for p in model.parameters())
+    moments = [v for state in optimizer.state.values() for k, v in state.items() if k != "step"]
+    assert moments and all(v.device == META for v in moments)
+
+
+def test_eval_sample_and_export_load_only_the_model_onto_the_device(tmp_path):
+    """load_model (eval/, sample.py, export) on a device that is not the CPU: the weights go there,
+    tied, and the optimizer state is never read."""
+    ckpt_path = write_checkpoint_with_optimizer_state(str(tmp_path), GPTConfig(
+        block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=8), state_copies=3)
+    model = load_model(ckpt_path, META)
+    assert all(p.device == META for p in model.parameters()) and not model.training
+    cpu_model = load_model(ckpt_path)
+    assert cpu_model.lm_head.weight is cpu_model.transformer.wte.weight  # still tied after assign-loading
+    saved = torch.load(ckpt_path, weights_only=True)["model"]
+    assert all(torch.equal(cpu_model.state_dict()[k], v) for k, v in saved.items())
+
+
+def write_checkpoint_with_optimizer_state(out_dir: str, config: GPTConfig, state_copies: int) -> str:
+    """A checkpoint of a fresh model, with state_copies model-sized optimizer tensors (as MARS has 3)."""
+    torch.manual_seed(0)
+    model = GPT(config)
+    optimizer_state = {i: {f"moment{j}": torch.randn_like(p) for j in range(state_copies)}
+                       for i, p in enumerate(model.parameters())}
+    state = dict(model=model.state_dict(), optimizer=dict(state=optimizer_state, param_groups=[]),
+                 model_args=vars(config), step=1, config={"tokenizer": "gpt2"})
+    return save_checkpoint(out_dir, state, keep=1)
+
+
+def test_loading_a_model_takes_host_memory_for_the_model_not_the_checkpoint(tmp_path):
+    """A 64 MB model with 3 copies of optimizer state (a 256 MB checkpoint, as MARS's): loading the model
+    for evaluation grows the process's peak memory by less than the model (memory-mapped weights,
+    the optimizer state never read). Loading the whole checkpoint took all of it."""
+    config = GPTConfig(block_size=64, n_layer=2, n_head=4, n_embd=256)  # the embedding: 50304 x 256
+    ckpt_path = write_checkpoint_with_optimizer_state(str(tmp_path), config, state_copies=3)
+    model_bytes = 4 * GPT(config).num_params()
+    # The peak resident set (VmHWM) of a fresh process, reset (clear_refs 5) just before the load; a first
+    # tiny model built on the meta device beforehand loads the meta machinery (75 MB of code, once).
+    probe = ("import sys, torch; from checkpoint import load_model; from model import GPT, GPTConfig\n"
+             "def kb(key): return int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1])\n"
+             "with torch.device('meta'): GPT(GPTConfig(block_size=8, vocab_size=8, n_layer=1, n_head=1, n_embd=8))\n"
+             "open('/proc/self/clear_refs', 'w').write('5'); before = kb('VmRSS:')\n"
+             "model = load_model(sys.argv[1])\n"
+             "print(1024 * (kb('VmHWM:') - before))")
+    proc = subprocess.run([sys.executable, "-c", probe, ckpt_path], capture_output=True, text=True, cwd=REPO,
+                          check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    peak_growth = int(proc.stdout.split()[-1])
+    assert os.path.getsize(ckpt_path) > 3.5 * model_bytes
+    assert peak_growth < 0.1 * model_bytes, (peak_growth, model_bytes)
+
+
+def test_batches_move_from_host_memory_to_any_device():
+    """The loader's batches are host tensors; to_device pins them only for CUDA (pinning a device tensor,
+    as bench/train_step.py did with batches made on the GPU, raises)."""
+    x = torch.arange(6).view(2, 3)
+    assert to_device(x, META).device == META and to_device(x, torch.device("cpu")) is x
+
+
+def test_compiled_bf16_training_resumes_bit_exact(tiny_dataset, tmp_path):
+    """train.py with compile=True and bf16 autocast (inductor's CPU backend): it learns, and a run
+    stopped at step 4 and resumed equals an uninterrupted one bit for bit."""
+    common = dict(compile=True, dtype="bfloat16", max_iters=8, lr_decay_iters=8, eval_interval=4, dropout=0.1,
+                  optimizer="mars", is_approx=False)
+    straight, halves = str(tmp_path / "straight"), str(tmp_path / "halves")
+    run_train(tiny_run_args(tiny_dataset, straight, **common), timeout=600)
+    run_train(tiny_run_args(tiny_dataset, halves, **{**common, "max_iters": 4}), timeout=600)
+    run_train(tiny_run_args(tiny_dataset, halves, init_from="resume", **common), timeout=600)
+    a, b = load_weights(straight), load_weights(halves)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    val = read_metrics(straight, "val")
+    assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.3, val
+
+
+def test_two_ranks_resume_from_the_checkpoint_rank_0_verified(tiny_dataset, tmp_path):
+    """torchrun --nproc_per_node=2: the newest checkpoint is corrupt; rank 0 finds it (the only sha256
+    pass), both ranks resume from the older one, and the run equals an uninterrupted one bit for bit."""
+    common = dict(micro_batch_size=2, max_iters=8, lr_decay_iters=8, eval_interval=2, ckpt_keep=3)
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    run_train(tiny_run_args(tiny_dataset, straight, **common), nproc=2)
+    run_train(tiny_run_args(tiny_dataset, resumed, **{**common, "max_iters": 6}), nproc=2)
+    with open(step_path(resumed, 6), "r+b") as f:  # flip a byte in the middle of the newest checkpoint
+        f.seek(os.path.getsize(step_path(resumed, 6)) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    proc = run_train(tiny_run_args(tiny_dataset, resumed, init_from="resume", **common), nproc=2)
+    log = proc.stdout + proc.stderr
+    assert log.count("skipping checkpoint") == 1 and "resuming" in log and "at step 4" in log, log[-2000:]
+    a, b = load_weights(straight), load_weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
