@@ -124,6 +124,19 @@ def check_points(root: str, points: list[Point], seed: int, base: list[str], rec
                              "base arguments") from None
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (a scheduler preempting the sweep's job), raised in the main thread so that it stops the
+    sweep as Ctrl-C does: the running runs save a checkpoint and stop."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__()
+        self.signum = signum
+
+
+def raise_interrupted(signum: int, frame) -> None:
+    raise Interrupted(signum)
+
+
 class Launcher:
     """Starts the sweep's train.py processes and keeps the running ones in view, so that Ctrl-C can stop
     them (and start no more) rather than leave them training behind the sweep."""
@@ -345,13 +358,15 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at a time on CPU, one thread each")
     parser.add_argument("--gpus", default="", help="comma-separated GPU ids: one run per GPU at a time")
     args, overrides = parser.parse_known_args(argv)
+    signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         with exit_on_input_error():
             text = run_sweep(args, overrides)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f"\ninterrupted: {progress(args.folder)}. Rerun the same command to go on: it skips the finished "
               "runs and resumes the others from their checkpoints.", file=sys.stderr)
-        raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports a Ctrl-C
+        # 128 + the signal, as a shell reports a process it ended: 130 for Ctrl-C, 143 for SIGTERM
+        raise SystemExit(128 + getattr(e, "signum", signal.SIGINT)) from None
     print(text)
     return text
 

@@ -109,9 +109,10 @@ def test_bad_sweep_arguments_stop_it_before_anything_runs(bad, bad_sweeps):
     assert not os.path.exists(folder)  # no run started, no folder made
 
 
-def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(tiny_dataset, tmp_path):
-    """SIGINT to the sweep alone (kill -INT; a terminal's Ctrl-C reaches its runs too): the running run
-    saves a checkpoint and stops, no other starts, and the sweep exits 130 saying how to resume."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(sig, tiny_dataset, tmp_path):
+    """SIGINT (Ctrl-C) or SIGTERM (a scheduler's preemption) to the sweep alone: the running run saves a
+    checkpoint and stops, no other starts, and the sweep exits 128 + the signal saying how to resume."""
     folder = tmp_path / "sweep"
     endless = tiny(tiny_dataset, tmp_path, max_iters=100_000, eval_interval=100_000, log_interval=1)
     proc = subprocess.Popen(sweep_command(str(folder), *endless, "--seeds", "1,2"), stdout=subprocess.PIPE,
@@ -123,12 +124,12 @@ def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(tiny_dataset, tmp_path):
             assert proc.poll() is None, proc.stderr.read()
             assert time.time() < deadline, "no training step within a minute"
             time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
         with contextlib.suppress(ProcessLookupError):  # a sweep that ignored the signal, and its run
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert proc.returncode == 128 + sig and "Traceback" not in err, err
     assert "1 stopped with a checkpoint" in err and "Rerun the same command to go on" in err
     assert "stopped by SIGTERM" in log.read_text() and has_checkpoint(str(log.parent))
     assert not (folder / "run" / "base" / "seed2").exists()
