@@ -55,11 +55,6 @@ def muon_scale(rows: int, cols: int) -> float:
     return max(1.0, rows / cols) ** 0.5
 
 
-def orthogonalized_update(matrix: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """NS5(matrix) * max(1, rows/cols)^0.5 in the matrix's dtype: the step direction of Muon and MARS-Shampoo."""
-    return newton_schulz5(matrix, steps, eps).to(matrix.dtype).mul_(muon_scale(*matrix.shape))
-
-
 def newton_schulz5_across_ranks(matrices: list[torch.Tensor], steps: int, eps: float) -> list[torch.Tensor]:
     """NS5 of every matrix (in its dtype). Under torch.distributed each rank computes its share and
     receives the others' results in ns5_dtype, which is what NS5 computed in: bf16 on CUDA (the
@@ -69,8 +64,7 @@ def newton_schulz5_across_ranks(matrices: list[torch.Tensor], steps: int, eps: f
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1 or not matrices:
         return [newton_schulz5(m, steps, eps).to(m.dtype) for m in matrices]
     world_size, rank = dist.get_world_size(), dist.get_rank()
-    owners = balanced_owners([m.numel() for m in matrices], world_size)
-    loads = [sum(m.numel() for m, owner in zip(matrices, owners) if owner == r) for r in range(world_size)]
+    owners, loads = balanced_owners([m.numel() for m in matrices], world_size)
     starts = [sum(loads[:r]) for r in range(world_size)]
     flat = torch.empty(sum(loads), dtype=ns5_dtype(matrices[0].device), device=matrices[0].device)
     offsets, filled = [], list(starts)
@@ -87,17 +81,17 @@ def newton_schulz5_across_ranks(matrices: list[torch.Tensor], steps: int, eps: f
     return [flat[offset : offset + m.numel()].view_as(m).to(m.dtype) for m, offset in zip(matrices, offsets)]
 
 
-def balanced_owners(sizes: list[int], world_size: int) -> list[int]:
-    """A rank for each matrix: largest first, each to the least-loaded rank (the same on every rank)."""
+def balanced_owners(sizes: list[int], world_size: int) -> tuple[list[int], list[int]]:
+    """A rank for each matrix: largest first, each to the least-loaded rank (the same on every rank);
+    and each rank's load, its matrices' total size."""
     owners, loads = [0] * len(sizes), [0] * world_size
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         owners[i] = loads.index(min(loads))
         loads[owners[i]] += sizes[i]
-    return owners
+    return owners, loads
 
 
 def exchanged_bytes(sizes: list[int], world_size: int, element_size: int) -> int:
     """Bytes one rank receives per newton_schulz5_across_ranks call at most (the busiest link)."""
-    owners = balanced_owners(sizes, world_size)
-    loads = [sum(s for s, owner in zip(sizes, owners) if owner == r) for r in range(world_size)]
+    _, loads = balanced_owners(sizes, world_size)
     return (sum(loads) - min(loads)) * element_size
