@@ -268,10 +268,11 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> GPT
     return model.to(device).eval()
 
 
-def load_model(path: str, device: str | torch.device = "cpu") -> GPT:
-    """The model stored in a train.py checkpoint, on device, in eval mode (for eval/, sample.py, export):
-    the optimizer state is never read."""
-    return model_from_checkpoint(load_checkpoint(path), device)
+def load_model(path: str, device: str | torch.device = "cpu") -> tuple[GPT, str]:
+    """The model stored in a train.py checkpoint, on device, in eval mode, and the tokenizer it was trained
+    with (for eval/, sample.py, export): the optimizer state is never read."""
+    ckpt = load_checkpoint(path)
+    return model_from_checkpoint(ckpt, device), tokenizer_of(ckpt)
 
 
 def tokenizer_of(ckpt: dict) -> str:

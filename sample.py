@@ -12,7 +12,7 @@ import argparse
 
 import torch
 
-from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
+from checkpoint import load_model
 from eval.scoring import model_encoding
 from model import GPT
 from runtime import InputError, at_least, device_arg, exit_on_input_error
@@ -61,10 +61,9 @@ def main(argv: list[str] | None = None) -> list[str]:
 
     with exit_on_input_error():
         prompt = read_prompt(args.prompt)
-        ckpt = load_checkpoint(args.checkpoint)
-        samples = generate_samples(model_from_checkpoint(ckpt, args.device), prompt, args.num_samples,
-                                   args.max_new_tokens, args.temperature, args.top_k or None, args.seed, args.device,
-                                   tokenizer_of(ckpt))
+        model, tokenizer = load_model(args.checkpoint, args.device)
+        samples = generate_samples(model, prompt, args.num_samples, args.max_new_tokens, args.temperature,
+                                   args.top_k or None, args.seed, args.device, tokenizer)
     for sample in samples:
         print(sample)
         print("---------------")

@@ -35,7 +35,7 @@ import torch
 from safetensors.torch import save_file
 
 from data.tokenizer import EOT_TOKEN, get_encoding
-from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
+from checkpoint import load_model
 from eval.scoring import model_encoding
 from model import GPT, GPTConfig
 from runtime import InputError, exit_on_input_error
@@ -206,9 +206,8 @@ def check_out_dir(out_dir: str) -> None:
 def export(checkpoint: str, out_dir: str) -> None:
     """Write the Hugging Face folder for checkpoint into out_dir."""
     check_out_dir(out_dir)
-    ckpt = load_checkpoint(checkpoint)
-    model = model_from_checkpoint(ckpt, "cpu")
-    check_tokenizer(tokenizer_of(ckpt), model.config.vocab_size, checkpoint)  # before anything is written
+    model, tokenizer = load_model(checkpoint, "cpu")
+    check_tokenizer(tokenizer, model.config.vocab_size, checkpoint)  # before anything is written
     config = hf_config(model.config)
     try:
         os.makedirs(out_dir, exist_ok=True)

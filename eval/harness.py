@@ -27,7 +27,7 @@ from lm_eval.utils import get_rolling_token_windows, handle_non_serializable, ma
 
 from data.shards import atomic_write
 from eval.paper import PAPER_COLUMNS, paper_scores
-from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
+from checkpoint import load_checkpoint, load_model
 from eval.scoring import TokenPair, encode, model_encoding, right_padded, score_continuations
 from model import GPT
 from runtime import InputError, at_least, autocast_context, device_arg, exit_on_input_error
@@ -59,9 +59,8 @@ class GPTLM(TemplateLM):
         if str(batch_size).startswith("auto"):
             raise ValueError("batch_size 'auto' is not supported; give a number of sequences per forward")
         if checkpoint is not None:
-            ckpt = load_checkpoint(checkpoint)
-            self.model = model_from_checkpoint(ckpt, device)
-            tokenizer = tokenizer or tokenizer_of(ckpt)
+            self.model, trained_with = load_model(checkpoint, device)
+            tokenizer = tokenizer or trained_with
         else:
             self.model = model
         self.enc = model_encoding(tokenizer or "gpt2", self.model.config.vocab_size, checkpoint or "the model")

@@ -23,7 +23,7 @@ from typing import ContextManager
 import torch
 import torch.distributed as dist
 
-from checkpoint import load_checkpoint, model_from_checkpoint, tokenizer_of
+from checkpoint import load_model
 from data.tokenizer import Encoding
 from eval.scoring import model_encoding, score_continuations, split_context_continuation
 from model import GPT
@@ -174,10 +174,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     with exit_on_input_error():
         examples = load_hellaswag(args.data)  # before the model: a bad file fails fast
-        ckpt = load_checkpoint(args.checkpoint)
-        model = model_from_checkpoint(ckpt, args.device)
+        model, tokenizer = load_model(args.checkpoint, args.device)
         result = evaluate_hellaswag(model, examples, args.device, autocast_context(args.device, args.dtype),
-                                    args.batch_size, tokenizer=tokenizer_of(ckpt))
+                                    args.batch_size, tokenizer=tokenizer)
     print(f"hellaswag: acc {result['acc']:.4f}  acc_norm {result['acc_norm']:.4f}  ({result['count']} examples)")
     return result
 

@@ -54,9 +54,9 @@ def test_eval_sample_and_export_load_only_the_model_onto_the_device(tmp_path):
     tied, and the optimizer state is never read."""
     ckpt_path = write_checkpoint_with_optimizer_state(str(tmp_path), GPTConfig(
         block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=8), state_copies=3)
-    model = load_model(ckpt_path, META)
+    model, _ = load_model(ckpt_path, META)
     assert all(p.device == META for p in model.parameters()) and not model.training
-    cpu_model = load_model(ckpt_path)
+    cpu_model, _ = load_model(ckpt_path)
     assert cpu_model.lm_head.weight is cpu_model.transformer.wte.weight  # still tied after assign-loading
     saved = torch.load(ckpt_path, weights_only=True)["model"]
     assert all(torch.equal(cpu_model.state_dict()[k], v) for k, v in saved.items())

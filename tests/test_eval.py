@@ -104,7 +104,7 @@ def write_task_yaml(folder, jsonl: str, task: str) -> str:
 
 
 def builtin_result(checkpoint: str, jsonl: str) -> dict:
-    model = load_model(checkpoint)
+    model, _ = load_model(checkpoint)
     return evaluate_hellaswag(model, load_hellaswag(jsonl), "cpu", NO_AUTOCAST, batch_size=5)
 
 
@@ -196,7 +196,7 @@ def test_builtin_evaluator_equals_harness(checkpoint, hellaswag_jsonl, tmp_path)
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    model = load_model(checkpoint)
+    model, _ = load_model(checkpoint)
     ours = evaluate_hellaswag(model, load_hellaswag(hellaswag_jsonl), "cpu", NO_AUTOCAST, batch_size=5)
     our_lls = score_examples(model, load_hellaswag(hellaswag_jsonl), "cpu", NO_AUTOCAST, 5)
 
@@ -238,7 +238,7 @@ def test_harness_registration_keeps_builtin_models():
 
 def _ddp_worker(rank: int, world_size: int, port: int, checkpoint: str, jsonl: str, results: dict) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    model = load_model(checkpoint)
+    model, _ = load_model(checkpoint)
     results[rank] = evaluate_hellaswag(model, load_hellaswag(jsonl), "cpu", NO_AUTOCAST, 4, rank, world_size)
     dist.destroy_process_group()
 
@@ -381,7 +381,7 @@ def test_hellaswag_and_harness_score_a_byte_model_on_its_bytes(byte_checkpoint, 
     assert ours["count"] == len(HELLASWAG_EXAMPLES)
     enc = get_encoding("bytes")
     assert split_context_continuation("Hi there", " you", enc) == (list(b"Hi there"), list(b" you"))
-    our_lls = score_examples(load_model(byte_checkpoint), load_hellaswag(hellaswag_jsonl), "cpu", NO_AUTOCAST, 5, enc)
+    our_lls = score_examples(load_model(byte_checkpoint)[0], load_hellaswag(hellaswag_jsonl), "cpu", NO_AUTOCAST, 5, enc)
 
     task_dir = write_task_yaml(tmp_path / "tasks", hellaswag_jsonl, "hellaswag_local")
     results = simple_evaluate(model=GPTLM(checkpoint=byte_checkpoint, batch_size=3), tasks=["hellaswag_local"],
