@@ -19,6 +19,10 @@ from runtime import InputError, write_failure
 LOCK = "run.lock"  # held by the run writing this out_dir (lock_out_dir)
 
 
+def unwritable(out_dir: str, e: OSError) -> InputError:
+    return InputError(f"cannot write the run's outputs in {out_dir} {write_failure(e)}")
+
+
 def lock_out_dir(out_dir: str) -> IO[str]:
     """An exclusive lock on out_dir for as long as this process holds the returned file (flock on
     out_dir/run.lock; the kernel releases it when the process ends, however it ends): two runs
@@ -27,7 +31,7 @@ def lock_out_dir(out_dir: str) -> IO[str]:
         os.makedirs(out_dir, exist_ok=True)
         lock = open(os.path.join(out_dir, LOCK), "a+")
     except OSError as e:
-        raise InputError(f"cannot write the run's outputs in {out_dir} {write_failure(e)}") from None
+        raise unwritable(out_dir, e) from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -63,7 +67,7 @@ class RunLog:
                 json.dump(run_info, f, indent=2)
             self.metrics_file = open(os.path.join(out_dir, "metrics.jsonl"), "a" if resume else "w")
         except OSError as e:
-            raise InputError(f"cannot write the run's outputs in {out_dir} {write_failure(e)}") from None
+            raise unwritable(out_dir, e) from None
         self.print(json.dumps(run_info["config"], indent=1))
         if wandb_project:
             import wandb

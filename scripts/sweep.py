@@ -56,6 +56,10 @@ class Point:
     def folder(self, root: str) -> str:
         return os.path.join(root, self.recipe, ",".join(f"{k}={v}" for k, v in self.values) or "base")
 
+    def seed_folder(self, root: str, seed: int) -> str:
+        """One seed's run folder (its out_dir)."""
+        return os.path.join(self.folder(root), f"seed{seed}")
+
 
 @dataclass
 class Score:
@@ -106,7 +110,7 @@ def check_not_per_run(key: str, where: str) -> None:
 
 def train_args(root: str, point: Point, seed: int, base: list[str], recipes: dict[str, list[str]]) -> list[str]:
     """train.py's arguments for one seed of a point (but --init_from, which depends on its folder)."""
-    out_dir = os.path.join(point.folder(root), f"seed{seed}")
+    out_dir = point.seed_folder(root, seed)
     return base + recipes[point.recipe] + [f"--{k}={v}" for k, v in point.values] + [
         f"--seed={seed}", f"--out_dir={out_dir}"]
 
@@ -182,7 +186,7 @@ class Launcher:
 def run_seed(root: str, point: Point, seed: int, base: list[str], recipes: dict[str, list[str]],
              device: str | None, launcher: Launcher) -> None:
     """Train one seed of a point unless it is finished or diverged; resume it if it has a checkpoint."""
-    out_dir = os.path.join(point.folder(root), f"seed{seed}")
+    out_dir = point.seed_folder(root, seed)
     if launcher.stopping or os.path.exists(os.path.join(out_dir, DIVERGED)) or finished_run(out_dir):
         return
     args = train_args(root, point, seed, base, recipes) + [
@@ -214,7 +218,7 @@ def finished_run(out_dir: str) -> Run | None:
 def score(root: str, point: Point, seeds: list[int]) -> Score:
     losses, diverged = [], 0
     for seed in seeds:
-        out_dir = os.path.join(point.folder(root), f"seed{seed}")
+        out_dir = point.seed_folder(root, seed)
         if os.path.exists(os.path.join(out_dir, DIVERGED)):
             diverged += 1
         elif run := finished_run(out_dir):
