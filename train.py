@@ -30,13 +30,15 @@ from checkpoint import (
     CheckpointError, RunState, check_resumable, has_checkpoint, load_checkpoint, load_latest, restore_training_state,
     save_checkpoint, training_state,
 )
-from config import ConfigError, TrainConfig, load_config
+from config import ConfigError, TrainConfig
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
 from data.prepare import PrepareError, check_complete
 from data.shards import ShardError
 from model import GPT, GPTConfig
-from optim import OPTIMIZERS, build_optimizer, gradients_per_step
-from optim.diagnostics import parameter_kinds, update_and_weight_rms, weights_before_step
+from optim import build_optimizer, load_config
+from optim.contract import EvaluationWeights, VarianceReduction, evaluation_weights, needs_second_gradient
+from optim.diagnostics import update_and_weight_rms, weights_before_step
+from optim.routing import parameter_kinds
 from optim.schedule import set_learning_rates
 from runlog import RunLog, lock_out_dir
 from runtime import (
@@ -111,7 +113,7 @@ def resume_run(cfg: TrainConfig, rt: Runtime, model: GPT, optimizer: torch.optim
     if ckpt is None:
         ckpt = load_checkpoint(path, verify=False)
     changed = check_resumable(ckpt, path, cfg.to_dict(), cfg.model_args(), fingerprint,
-                              OPTIMIZERS[cfg.optimizer].state_keys)
+                              cfg.hyperparameters.state_keys)
     log.print(f"resuming {path} at step {ckpt['step']}" + (f"; config changes (old, new): {changed}" if changed else ""))
     run = restore_training_state(ckpt, model, optimizer, scaler)
     rng_states = ckpt["rng"]
@@ -168,63 +170,70 @@ def ddp_bucket_mb(cfg: TrainConfig, model: GPT) -> float:
 # The work of one step
 
 
-def forward_backward(model: torch.nn.Module, batches: TrainBatches, batch_step: int, grad_accum: int,
-                     micro_batch_size: int, grad_multiplier: float, rt: Runtime, autocast: ContextManager,
-                     scaler: torch.amp.GradScaler) -> torch.Tensor:
-    """grad_multiplier x the mean gradient of the global batch of batch_step, in p.grad (DDP averages
-    over ranks, on the last micro-step only); returns the batch's mean loss (on device)."""
-    loss_total = torch.zeros((), device=rt.device)
-    for micro_step in range(grad_accum):
-        x, y = batches.micro_batch(batch_step, micro_step, micro_batch_size, rt.rank, rt.world_size)
-        last_micro_step = micro_step == grad_accum - 1
-        with model.no_sync() if rt.distributed and not last_micro_step else nullcontext():
-            with autocast:
-                _, loss = model(to_device(x, rt.device), to_device(y, rt.device))
-                loss = loss / (grad_accum / grad_multiplier)
-            scaler.scale(loss).backward()
-        loss_total += loss.detach()
-    return loss_total / grad_multiplier
+@dataclass
+class StepContext:
+    """What the work of every optimizer step uses, built once (by train() and the benchmarks, which
+    subclass it to time its parts)."""
 
+    model: torch.nn.Module  # what runs the forward pass (compiled, DDP-wrapped)
+    params: list[torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    batches: TrainBatches
+    cfg: TrainConfig
+    rt: Runtime
+    autocast: ContextManager
 
-def clip_gradients(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                   grad_clip: float) -> torch.Tensor:
-    """Global gradient norm (before clipping), clipping to grad_clip when it is set."""
-    scaler.unscale_(optimizer)
-    grads = [p.grad for p in params if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-    if grad_clip > 0:
-        torch.nn.utils.clip_grads_with_norm_([p for p in params if p.grad is not None], grad_clip, norm, foreach=True)
-    return norm
+    def forward_backward(self, batch_step: int) -> torch.Tensor:
+        """grad_multiplier x the mean gradient of the global batch of batch_step, in p.grad (DDP averages
+        over ranks, on the last micro-step only); returns the batch's mean loss (on device)."""
+        cfg, rt = self.cfg, self.rt
+        grad_accum = cfg.grad_accum_steps(rt.world_size)
+        loss_total = torch.zeros((), device=rt.device)
+        for micro_step in range(grad_accum):
+            x, y = self.batches.micro_batch(batch_step, micro_step, cfg.micro_batch_size, rt.rank, rt.world_size)
+            last_micro_step = micro_step == grad_accum - 1
+            with self.model.no_sync() if rt.distributed and not last_micro_step else nullcontext():
+                with self.autocast:
+                    _, loss = self.model(to_device(x, rt.device), to_device(y, rt.device))
+                    loss = loss / (grad_accum / cfg.grad_multiplier)
+                self.scaler.scale(loss).backward()
+            loss_total += loss.detach()
+        return loss_total / cfg.grad_multiplier
 
+    def clip_gradients(self) -> torch.Tensor:
+        """Global gradient norm (before clipping), clipping to grad_clip when it is set."""
+        self.scaler.unscale_(self.optimizer)
+        with_grad = [p for p in self.params if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in with_grad], foreach=True)
+        if self.cfg.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(with_grad, self.cfg.grad_clip, norm, foreach=True)
+        return norm
 
-def optimizer_step(model: torch.nn.Module, params: list[torch.Tensor], optimizer: torch.optim.Optimizer,
-                   scaler: torch.amp.GradScaler, batches: TrainBatches, step: int, cfg: TrainConfig, rt: Runtime,
-                   autocast: ContextManager, diagnosed_kinds: dict[str, list[torch.Tensor]] | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """One optimizer step on the batch of `step`; returns its loss, gradient norm and, given the
-    parameters by kind, the optimizer diagnostics (optim/diagnostics.py), all on device."""
-    grad_accum = cfg.grad_accum_steps(rt.world_size)
-    if getattr(optimizer, "needs_grad_on_next_batch", False):  # MARS-exact: the gradient at these weights
-        forward_backward(model, batches, step + 1, grad_accum, cfg.micro_batch_size, cfg.grad_multiplier, rt,
-                         autocast, scaler)
-        clip_gradients(params, optimizer, scaler, cfg.grad_clip)
-        optimizer.stash_grad_for_next_step()
-        optimizer.zero_grad(set_to_none=True)
+    def optimizer_step(self, step: int, diagnosed_kinds: dict[str, list[torch.Tensor]] | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """One optimizer step on the batch of `step`; returns its loss, gradient norm and, given the
+        parameters by kind, the optimizer diagnostics (optim/diagnostics.py), all on device."""
+        optimizer, scaler = self.optimizer, self.scaler
+        if needs_second_gradient(optimizer):  # MARS-exact: the gradient at these weights on the next batch
+            self.forward_backward(step + 1)
+            self.clip_gradients()
+            optimizer.stash_grad_for_next_step()
+            optimizer.zero_grad(set_to_none=True)
+            scaler.update()
+        loss = self.forward_backward(step)
+        grad_norm = self.clip_gradients()
+        diagnostics, weights_before = {}, None
+        if diagnosed_kinds is not None:
+            if isinstance(optimizer, VarianceReduction):
+                diagnostics = optimizer.variance_reduction_stats()
+            weights_before = weights_before_step(diagnosed_kinds)
+        scaler.step(optimizer)
         scaler.update()
-    loss = forward_backward(model, batches, step, grad_accum, cfg.micro_batch_size, cfg.grad_multiplier, rt,
-                            autocast, scaler)
-    grad_norm = clip_gradients(params, optimizer, scaler, cfg.grad_clip)
-    diagnostics, weights_before = {}, None
-    if diagnosed_kinds is not None:
-        if hasattr(optimizer, "variance_reduction_stats"):
-            diagnostics = optimizer.variance_reduction_stats()
-        weights_before = weights_before_step(diagnosed_kinds)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    if weights_before is not None:
-        diagnostics |= update_and_weight_rms(diagnosed_kinds, weights_before)
-    return loss, grad_norm, diagnostics
+        optimizer.zero_grad(set_to_none=True)
+        if weights_before is not None:
+            diagnostics |= update_and_weight_rms(diagnosed_kinds, weights_before)
+        return loss, grad_norm, diagnostics
 
 
 @torch.no_grad()
@@ -337,6 +346,8 @@ def train(cfg: TrainConfig) -> int:
         raise ConfigError(f"the checkpoint in {cfg.out_dir} is at step {run.step}, beyond this run's {total_iters} "
                           f"steps ({length}); raise {length.split('=')[0]} to continue the run (or score the "
                           "checkpoint with --eval_only=True)")
+    if resume and isinstance(optimizer, EvaluationWeights):
+        optimizer.train_weights()  # its checkpoints hold the evaluation weights
     model = torch.compile(raw_model) if cfg.compile else raw_model
     if rt.distributed:
         model = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
@@ -351,11 +362,12 @@ def train(cfg: TrainConfig) -> int:
         from eval.hellaswag import evaluate_hellaswag, load_hellaswag
 
         hellaswag_examples = load_hellaswag(cfg.hellaswag_file or None)[: cfg.hellaswag_examples or None]
-    flops, passes_per_step = peak_flops(cfg, rt.device), gradients_per_step(cfg.to_dict())
+    flops, passes_per_step = peak_flops(cfg, rt.device), cfg.hyperparameters.gradients_per_step()
     kinds = parameter_kinds(raw_model) if cfg.log_diagnostics else None
     stop = StopSignal()
     watchdog = Watchdog(cfg.step_timeout if rt.distributed else 0, rt.rank)  # a frozen rank stops the run
     window = LogWindow(rt.device)
+    steps = StepContext(model, params, optimizer, scaler, data.train_batches, cfg, rt, autocast)
     start_step, ckpt_interval = run.step, cfg.ckpt_interval or cfg.eval_interval
 
     # `run.step` counts completed optimizer steps. The checks that need the host (NaN/inf loss,
@@ -366,29 +378,34 @@ def train(cfg: TrainConfig) -> int:
         pause_start = time.time()  # evaluation and checkpoints are left out of tokens/s
         last_step, new_best = run.step == total_iters, False
         evaluate_now = run.step > start_step or not resume  # a resumed step was evaluated before it was saved
-        if evaluate_now and (run.step % cfg.eval_interval == 0 or last_step):
-            val_loss = evaluate(raw_model, data.val_windows, data.val_ids, cfg.micro_batch_size, rt, autocast)
-            if not math.isfinite(val_loss):
-                raise FloatingPointError(f"validation loss is {val_loss} at step {run.step}; the checkpoints in "
-                                         f"{cfg.out_dir} are untouched")
-            new_best, run.best_val_loss = val_loss < run.best_val_loss, min(run.best_val_loss, val_loss)
-            log.print(f"step {run.step}: val loss {val_loss:.4f}")
-            log.write(dict(type="val", step=run.step, tokens=run.step * cfg.total_batch_size, val_loss=val_loss,
-                           time=time.time()))
-        if evaluate_now and hellaswag_examples and (run.step % cfg.hellaswag_interval == 0 or last_step):
-            scores = evaluate_hellaswag(raw_model, hellaswag_examples, str(rt.device), autocast,
-                                        cfg.micro_batch_size, rt.rank, rt.world_size, cfg.tokenizer)
-            log.print(f"step {run.step}: hellaswag acc_norm {scores['acc_norm']:.4f} ({scores['count']} examples)")
-            log.write(dict(type="hellaswag", step=run.step, tokens=run.step * cfg.total_batch_size, **scores,
-                           time=time.time()))
+        eval_due = evaluate_now and (run.step % cfg.eval_interval == 0 or last_step)
+        hellaswag_due = evaluate_now and hellaswag_examples and (run.step % cfg.hellaswag_interval == 0 or last_step)
         stop_now = last_step or stop.requested
-        if run.step > start_step and (run.step % ckpt_interval == 0 or stop_now):
-            window.mean_loss(rt, run.step, cfg.out_dir)  # never checkpoint a diverged run
-            state = training_state(raw_model, optimizer, scaler, run, cfg.to_dict(), cfg.model_args(),
-                                   gather_rng_states(rt), data.fingerprint, version)
-            with watchdog.paused():  # rank 0 may write for many minutes while the others wait
-                save_on_main_rank(state, cfg, new_best, rt, log)
-            del state
+        save_due = run.step > start_step and (run.step % ckpt_interval == 0 or stop_now)
+        # (Schedule-Free evaluates and saves other weights than it trains: optim/contract.py)
+        with evaluation_weights(optimizer) if eval_due or hellaswag_due or save_due else nullcontext():
+            if eval_due:
+                val_loss = evaluate(raw_model, data.val_windows, data.val_ids, cfg.micro_batch_size, rt, autocast)
+                if not math.isfinite(val_loss):
+                    raise FloatingPointError(f"validation loss is {val_loss} at step {run.step}; the checkpoints in "
+                                             f"{cfg.out_dir} are untouched")
+                new_best, run.best_val_loss = val_loss < run.best_val_loss, min(run.best_val_loss, val_loss)
+                log.print(f"step {run.step}: val loss {val_loss:.4f}")
+                log.write(dict(type="val", step=run.step, tokens=run.step * cfg.total_batch_size, val_loss=val_loss,
+                               time=time.time()))
+            if hellaswag_due:
+                scores = evaluate_hellaswag(raw_model, hellaswag_examples, str(rt.device), autocast,
+                                            cfg.micro_batch_size, rt.rank, rt.world_size, cfg.tokenizer)
+                log.print(f"step {run.step}: hellaswag acc_norm {scores['acc_norm']:.4f} ({scores['count']} examples)")
+                log.write(dict(type="hellaswag", step=run.step, tokens=run.step * cfg.total_batch_size, **scores,
+                               time=time.time()))
+            if save_due:
+                window.mean_loss(rt, run.step, cfg.out_dir)  # never checkpoint a diverged run
+                state = training_state(raw_model, optimizer, scaler, run, cfg.to_dict(), cfg.model_args(),
+                                       gather_rng_states(rt), data.fingerprint, version)
+                with watchdog.paused():  # rank 0 may write for many minutes while the others wait
+                    save_on_main_rank(state, cfg, new_best, rt, log)
+                del state
         if stop_now:
             if stop.requested:
                 log.print(f"stopped by {stop.received or 'a signal on another rank'} at step {run.step}; "
@@ -398,8 +415,7 @@ def train(cfg: TrainConfig) -> int:
 
         lr = set_learning_rates(optimizer, run.step, cfg, total_iters)
         log_now = (run.step + 1) % cfg.log_interval == 0 or run.step + 1 == total_iters
-        loss, grad_norm, diagnostics = optimizer_step(model, params, optimizer, scaler, data.train_batches, run.step,
-                                                      cfg, rt, autocast, kinds if log_now else None)
+        loss, grad_norm, diagnostics = steps.optimizer_step(run.step, kinds if log_now else None)
         window.add(loss, grad_norm, cfg.grad_clip)
         run.step += 1
         log.advance()
@@ -417,7 +433,8 @@ def train(cfg: TrainConfig) -> int:
 
     watchdog.close()
     if cfg.sample_tokens and not stop.requested and rt.is_main:
-        print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
+        with evaluation_weights(optimizer):
+            print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
     log.close()
     close_runtime(rt)
     return stop.exit_status

@@ -8,11 +8,11 @@ each step split into forward-backward and optimizer time, with train.py's own st
     python -m bench.gpu --cpu-smoke                       # no GPU needed: a tiny model through the same code path
 
 A row's config is the paper config of its model and optimizer (config/gpt2_<model>_<optimizer>.py,
-through config.load_config, so the registry builds the optimizer as train.py does) with bf16,
+through optim.load_config, so the registry builds the optimizer as train.py does) with bf16,
 compile=True (the model and the optimizers' element-wise rules) and one micro-batch of the config's
 micro_batch_size per step (--micro-batch, --grad-accum change that). Each row runs --warmup steps
-(compilation, optimizer state), then --steps measured steps, each train.optimizer_step as train.py
-calls it: CUDA events around every train.forward_backward and optimizer.step, read after one
+(compilation, optimizer state), then --steps measured steps, each train.StepContext.optimizer_step as
+train.py calls it: CUDA events around every forward-backward pass and optimizer.step (MarkedSteps), read after one
 synchronize at the end of the measured steps and none inside them. "other" is the rest of a step
 (clipping, MARS-exact's stash, zero_grad, the learning-rate update). tokens/s counts each step's batch
 once, as train.py logs it (MARS-exact's second forward-backward adds time, not tokens); MFU is
@@ -39,8 +39,6 @@ import sys
 import tempfile
 import time
 import traceback
-from contextlib import contextmanager
-from unittest import mock
 
 import numpy as np
 import torch
@@ -48,11 +46,11 @@ import torch
 import train
 from bench import print_header
 from bench.optimizer_step import PeakMemory, make_optimizers
-from config import TrainConfig, load_config
+from config import TrainConfig
 from data.shards import write_shard
 from model import GPT, GPTConfig, PRESETS
-from optim import OPTIMIZERS, build_optimizer, display_name, gradients_per_step
-from optim.diagnostics import parameter_kinds
+from optim import OPTIMIZERS, build_optimizer, load_config
+from optim.routing import parameter_kinds
 from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
 from optim.schedule import set_learning_rates
 from runtime import Runtime, autocast_context, configure_device, init_runtime
@@ -111,36 +109,33 @@ class StepMarks:
     optimizer: list = dataclasses.field(default_factory=list)
 
 
-@contextmanager
-def marking(optimizer: torch.optim.Optimizer, clock: Clock, steps: list[StepMarks]):
-    """While open, marks around every train.forward_backward and optimizer.step call, into steps[-1]."""
-    original = train.forward_backward
+class MarkedSteps(train.StepContext):
+    """train.py's step, with marks around every forward-backward pass and optimizer.step call (into the
+    `marks` list's last entry, which the caller appends for each step)."""
 
-    def forward_backward(*args, **kwargs):
-        start = clock.mark()
-        loss = original(*args, **kwargs)
-        steps[-1].forward_backward.append((start, clock.mark()))
+    def __init__(self, *args, clock: Clock, marks: list[StepMarks]):
+        super().__init__(*args)
+        self.clock, self.marks = clock, marks
+        # Hooks, not a wrapper: scaler.step calls optimizer.step. A subclass's step calling its base's runs
+        # them twice, nested (MARSM.step -> Muon.step): the outer call counts.
+        self.starts: list = []
+        self.optimizer.register_step_pre_hook(self._optimizer_started)
+        self.optimizer.register_step_post_hook(self._optimizer_ended)
+
+    def forward_backward(self, batch_step: int) -> torch.Tensor:
+        start = self.clock.mark()
+        loss = super().forward_backward(batch_step)
+        if self.marks:
+            self.marks[-1].forward_backward.append((start, self.clock.mark()))
         return loss
 
-    # Hooks, not a wrapper: scaler.step calls optimizer.step. A subclass's step calling its base's can run
-    # them twice, nested (MARSM.step -> Muon.step once Muon.step is hooked too): the outer call counts.
-    starts = []
+    def _optimizer_started(self, *_) -> None:
+        self.starts.append(self.clock.mark())
 
-    def pre(*_):
-        starts.append(clock.mark())
-
-    def post(*_):
-        start = starts.pop()
-        if not starts:
-            steps[-1].optimizer.append((start, clock.mark()))
-
-    pre, post = optimizer.register_step_pre_hook(pre), optimizer.register_step_post_hook(post)
-    try:
-        with mock.patch.object(train, "forward_backward", forward_backward):
-            yield
-    finally:
-        pre.remove()
-        post.remove()
+    def _optimizer_ended(self, *_) -> None:
+        start = self.starts.pop()
+        if not self.starts and self.marks:
+            self.marks[-1].optimizer.append((start, self.clock.mark()))
 
 
 # ----------------------------------------------------------------------------- one row
@@ -197,22 +192,22 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
     # train.py's log steps add the diagnostics; memory-only rows measure one such step
     log_step_kinds = parameter_kinds(raw_model) if row.memory_only and cfg.log_diagnostics else None
 
+    marks: list[StepMarks] = []  # empty during warmup: no marks kept
+    stepper = MarkedSteps(model, params, optimizer, scaler, data.train_batches, cfg, rt, autocast, clock=clock,
+                          marks=marks)
+
     def step(i: int) -> torch.Tensor:
         set_learning_rates(optimizer, i, cfg, total_iters)
-        kinds = log_step_kinds if i >= warmup else None
-        return train.optimizer_step(model, params, optimizer, scaler, data.train_batches, i, cfg, rt, autocast,
-                                    kinds)[0]
+        return stepper.optimizer_step(i, log_step_kinds if i >= warmup else None)[0]
 
     try:
         for i in range(warmup):
             step(i)
         memory.start()  # synchronizes: the measured steps start on an idle device
-        marks: list[StepMarks] = []
-        with marking(optimizer, clock, marks):
-            for i in range(warmup, warmup + steps):
-                marks.append(StepMarks(clock.mark()))
-                loss = step(i)
-                marks[-1].end = clock.mark()
+        for i in range(warmup, warmup + steps):
+            marks.append(StepMarks(clock.mark()))
+            loss = step(i)
+            marks[-1].end = clock.mark()
         clock.synchronize()
         row.peak_bytes = memory.base + memory.peak_extra()
         if not math.isfinite(loss.item()):
@@ -228,7 +223,7 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
         row.optimizer_ms = sum(clock.ms(*pair) for m in marks for pair in m.optimizer) / steps
         row.tokens_per_s = cfg.total_batch_size * steps / (total_ms / 1000)
         flops = train.peak_flops(cfg, rt.device)
-        row.mfu = raw_model.estimate_mfu(row.tokens_per_s, flops, gradients_per_step(cfg.to_dict())) if flops else None
+        row.mfu = raw_model.estimate_mfu(row.tokens_per_s, flops, cfg.hyperparameters.gradients_per_step()) if flops else None
     finally:  # free the state now, even if a traceback keeps this frame alive (bench_model collects)
         optimizer.zero_grad(set_to_none=True)
         optimizer.state.clear()
@@ -251,7 +246,7 @@ def bench_model(model_name: str, variants: list[str], args: argparse.Namespace, 
         # memory-only rows: the run scripts' micro-batch, the config's
         micro_batch = args.micro_batch if not memory_only or args.cpu_smoke else 0
         cfg, note = row_config(model_name, variant, args, data_dir, str(rt.device), micro_batch)
-        row = Row(model_name, display_name(cfg.to_dict()), cfg.micro_batch_size, args.grad_accum, memory_only, note)
+        row = Row(model_name, cfg.hyperparameters.display_name(), cfg.micro_batch_size, args.grad_accum, memory_only, note)
         print(f"[bench.gpu] {model_name}, {row.optimizer}: running", file=sys.stderr, flush=True)
         try:
             if raw_model is None:

@@ -18,12 +18,12 @@ import time
 import torch
 
 import bench
-from config import TrainConfig, load_config
+from config import TrainConfig
 from model import GPT, GPTConfig
-from optim import build_optimizer
-from optim.diagnostics import parameter_kinds
+from optim import build_optimizer, load_config
+from optim.routing import parameter_kinds
 from runtime import autocast_context, init_runtime, keep_freed_memory_for_reuse, resolve_dtype
-from train import optimizer_step
+from train import StepContext
 
 
 class SyntheticBatches:
@@ -53,12 +53,13 @@ def median_step_ms(argv: list[str], reuse_memory: bool, diagnose: bool = False, 
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "float16")
     autocast = autocast_context(device, dtype)
     model = torch.compile(raw_model) if cfg.compile else raw_model  # as train.py runs it
-    batches, params = SyntheticBatches(cfg), list(raw_model.parameters())
+    steps = StepContext(model, list(raw_model.parameters()), optimizer, scaler, SyntheticBatches(cfg), cfg, rt,
+                        autocast)
     kinds = parameter_kinds(raw_model) if diagnose else None
     times = []
     for step in range(steps + 3):
         start = time.perf_counter()
-        _, _, diagnostics = optimizer_step(model, params, optimizer, scaler, batches, step, cfg, rt, autocast, kinds)
+        _, _, diagnostics = steps.optimizer_step(step, kinds)
         [value.item() for value in diagnostics.values()]  # what a log step reads
         if device.type == "cuda":
             torch.cuda.synchronize()

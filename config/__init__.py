@@ -64,38 +64,13 @@ class TrainConfig:
     max_iters: int = 100_000
     max_tokens: int = 0
 
-    # ---- optimizer: a name in the registry optim.OPTIMIZERS, which says which keys each reads
+    # ---- optimizer: a name in the registry optim.OPTIMIZERS. Its settings (weight decay, betas, ...) are
+    # declared by the optimizer itself (its Hyperparameters in optim/); a config sets them as keys like
+    # these, and a key the chosen optimizer does not read is an error.
     optimizer: str = "adamw"
     learning_rate: float = 6e-4  # peak lr of the main (2-D) parameter group
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
     grad_clip: float = 1.0  # global-norm clipping; 0 disables
-    # Which 2-D parameters take weight_decay: True, every one (nanoGPT's rule); False, the nn.Linear
-    # weights only, as the official MARS code (no decay for the embeddings and the tied head).
-    decay_embeddings: bool = True
-    # The other (1-D) parameters of MARS and Muon take AdamW with these settings.
-    lr_1d: float = 3e-3
-    beta1_1d: float = 0.9
-    beta2_1d: float = 0.95
-    weight_decay_1d: float = 0.1
-    # MARS
-    mars_type: str = "mars-adamw"  # mars-adamw | mars-lion | mars-shampoo
-    gamma: float = 0.025
-    is_approx: bool = True
-    optimize_1d: bool = False
-    amsgrad: bool = False
-    # MARS-M (optimizer "mars-m"; also reads gamma, is_approx, and beta1 as its momentum, as the official)
-    mars_m_efficient: bool = False  # the memory-efficient form (official mars_m_efficient.py): approx, no clip
-    # Muon (Moonlight reads beta1 as its momentum, as the official, and muon_nesterov)
-    muon_momentum: float = 0.95
-    muon_nesterov: bool = True
-    muon_embeddings_on_adamw: bool = False  # the now-recommended split; the paper puts them on Muon
-    # The AdamW on Muon's other parameters: "torch" (torch's arithmetic) or "official", that of the
-    # official MARS repository's optimizers/adamw.py (eps added to the uncorrected sqrt(v), weight
-    # decay scaled by the bias-corrected step size), which its train_muon.py uses.
-    muon_adamw: str = "torch"
+    hyperparameters: typing.Any = None  # the optimizer's settings (load_config fills it)
 
     # ---- learning-rate schedule: cosine | constant | wsd (warmup-stable-decay)
     lr_schedule: str = "cosine"
@@ -141,7 +116,7 @@ class TrainConfig:
     step_timeout: float = 600.0
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_types(self)
         _check_values(self)
 
     def model_args(self) -> dict[str, typing.Any]:
@@ -172,34 +147,33 @@ class TrainConfig:
         return self.max_iters
 
     def to_dict(self) -> dict[str, typing.Any]:
-        return dataclasses.asdict(self)
+        """Every setting, the loop's and the optimizer's, in one flat dict (as config files write them)."""
+        loop = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "hyperparameters"}
+        return loop | (self.hyperparameters.to_dict() if self.hyperparameters is not None else {})
 
 
 class ConfigError(InputError, ValueError):
     """A configuration that cannot run; the message names the key and the fix."""
 
 
-def choices() -> dict[str, tuple[str, ...]]:
-    """The allowed values of the keys that name a choice (optimizers from the registry)."""
-    from optim import OPTIMIZERS, VARIANT_CHOICES  # imports torch: only when a config is validated
-
-    return {
-        "init_from": ("scratch", "resume"),
-        "tokenizer": TOKENIZERS,
-        "model": tuple(PRESETS),
-        "optimizer": tuple(OPTIMIZERS),
-        **VARIANT_CHOICES,
-        "lr_schedule": ("cosine", "constant", "wsd"),
-        "min_lr_groups": ("scaled", "absolute"),
-        "muon_adamw": ("torch", "official"),
-        "dtype": ("auto", "bfloat16", "float16", "float32"),
-    }
+CHOICES = {  # the allowed values of the loop's keys that name a choice
+    "init_from": ("scratch", "resume"),
+    "tokenizer": TOKENIZERS,
+    "model": tuple(PRESETS),
+    "lr_schedule": ("cosine", "constant", "wsd"),
+    "min_lr_groups": ("scaled", "absolute"),
+    "dtype": ("auto", "bfloat16", "float16", "float32"),
+}
 
 
-def _check_types(cfg: TrainConfig) -> None:
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(cfg):
-        value, expected = getattr(cfg, f.name), hints[f.name]
+def check_types(settings: typing.Any) -> None:
+    """Check each field of a settings dataclass (TrainConfig, an optimizer's Hyperparameters) against
+    its type hint; an int where a float is expected becomes a float."""
+    hints = typing.get_type_hints(type(settings))
+    for f in dataclasses.fields(settings):
+        value, expected = getattr(settings, f.name), hints[f.name]
+        if expected is typing.Any:
+            continue
         ok = isinstance(value, expected) and not (expected is not bool and isinstance(value, bool))
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             ok = True  # an int where a float is expected is fine (lr = 1 means 1.0)
@@ -208,27 +182,26 @@ def _check_types(cfg: TrainConfig) -> None:
                 f"config key '{f.name}' must be {expected.__name__}, got {value!r} ({type(value).__name__})"
             )
         if expected is float and isinstance(value, int):
-            setattr(cfg, f.name, float(value))
+            setattr(settings, f.name, float(value))
 
 
 def _check_values(cfg: TrainConfig) -> None:
-    for key, allowed in choices().items():
+    for key, allowed in CHOICES.items():
         if getattr(cfg, key) not in allowed:
             raise ConfigError(f"config key '{key}' is {getattr(cfg, key)!r}; choose one of {', '.join(allowed)}")
     if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
         raise ConfigError(f"config key 'device' is {cfg.device!r}; use auto, cpu, cuda or cuda:N")
     for key in ("total_batch_size", "micro_batch_size", "block_size", "eval_interval", "log_interval",
-                "eval_sequences", "vocab_size", "ckpt_keep", "learning_rate", "lr_1d", "grad_multiplier"):
+                "eval_sequences", "vocab_size", "ckpt_keep", "learning_rate", "grad_multiplier"):
         if not getattr(cfg, key) > 0:
             raise ConfigError(f"config key '{key}' must be positive, got {getattr(cfg, key)}")
     for key in ("warmup_iters", "lr_decay_iters", "ckpt_interval", "hellaswag_interval", "hellaswag_examples",
-                "max_tokens", "sample_tokens", "n_layer", "n_head", "n_embd", "min_lr", "weight_decay",
-                "weight_decay_1d", "eps", "grad_clip", "gamma", "peak_flops", "ddp_bucket_mb", "step_timeout"):
+                "max_tokens", "sample_tokens", "n_layer", "n_head", "n_embd", "min_lr", "grad_clip", "peak_flops",
+                "ddp_bucket_mb", "step_timeout"):
         if not getattr(cfg, key) >= 0:
             raise ConfigError(f"config key '{key}' must not be negative, got {getattr(cfg, key)}")
-    for key in ("beta1", "beta2", "beta1_1d", "beta2_1d", "muon_momentum", "dropout"):
-        if not 0.0 <= getattr(cfg, key) < 1.0:
-            raise ConfigError(f"config key '{key}' must be in [0, 1), got {getattr(cfg, key)}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ConfigError(f"config key 'dropout' must be in [0, 1), got {cfg.dropout}")
     if not 0.0 <= cfg.wsd_decay_frac <= 1.0:
         raise ConfigError(f"config key 'wsd_decay_frac' must be in [0, 1], got {cfg.wsd_decay_frac}")
     cfg.grad_accum_steps(world_size=1)  # the batch must split into micro-batches (per rank: checked at launch)
@@ -242,18 +215,16 @@ def _check_values(cfg: TrainConfig) -> None:
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the schedule decays "
                           "from learning_rate down to min_lr; lower min_lr")
-    if cfg.mars_m_efficient and not cfg.is_approx:
-        raise ConfigError("mars_m_efficient=True is the approximate MARS-M: it needs is_approx=True")
-    if cfg.dtype == "float16" and cfg.optimizer in ("mars", "mars-m") and not cfg.is_approx:
+    if cfg.dtype == "float16" and cfg.hyperparameters is not None and cfg.hyperparameters.second_gradient():
         # A gradient that overflows in fp16 on MARS-exact's second pass would become g_prev and turn the
         # update into NaN, and the GradScaler only skips steps whose own gradients overflow.
-        raise ConfigError("dtype='float16' cannot be combined with MARS-exact (is_approx=False); use bfloat16")
+        raise ConfigError(f"dtype='float16' cannot be combined with {cfg.hyperparameters.display_name()}, which "
+                          "takes a second gradient per step; use bfloat16")
     if cfg.total_iters() <= 0:
         raise ConfigError("the run has no steps: set max_iters or max_tokens to a positive value")
 
 
-def _suggest(key: str) -> str:
-    names = [f.name for f in dataclasses.fields(TrainConfig)]
+def _suggest(key: str, names: list[str]) -> str:
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -303,8 +274,10 @@ def read_config_file(path: str) -> dict[str, typing.Any]:
     }
 
 
-def load_config(argv: list[str], base: dict[str, typing.Any] | None = None) -> TrainConfig:
-    """Build the config from [config_file.py] [--key=value ...]; base values come first."""
+def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], base: dict[str, typing.Any] | None = None
+                ) -> TrainConfig:
+    """Build the config from [config_file.py] [--key=value ...]; base values come first. hyperparameters:
+    each optimizer's settings class (the registry's, optim.HYPERPARAMETERS), which validates its keys."""
     values: dict[str, typing.Any] = dict(base or {})
     for arg in argv:
         if arg.startswith("--"):
@@ -312,8 +285,20 @@ def load_config(argv: list[str], base: dict[str, typing.Any] | None = None) -> T
             values[key] = value
         else:
             values.update(read_config_file(arg))
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    optimizer = values.get("optimizer", TrainConfig.optimizer)
+    if optimizer not in hyperparameters:
+        raise ConfigError(f"config key 'optimizer' is {optimizer!r}; choose one of {', '.join(hyperparameters)}")
+    loop_keys = {f.name for f in dataclasses.fields(TrainConfig)} - {"hyperparameters"}
+    own_keys = {f.name for f in dataclasses.fields(hyperparameters[optimizer])}
     for key in values:
-        if key not in names:
-            raise ConfigError(f"unknown config key '{key}'{_suggest(key)}")
-    return TrainConfig(**values)
+        if key in loop_keys or key in own_keys:
+            continue
+        readers = [name for name, schema in hyperparameters.items() if key in {f.name for f in dataclasses.fields(schema)}]
+        if readers:
+            raise ConfigError(f"config key '{key}' is a setting of {', '.join(readers)}, not of the chosen optimizer "
+                              f"{optimizer!r}, which reads {', '.join(sorted(own_keys))}; remove it (it would be "
+                              "ignored) or choose one of those optimizers")
+        every_key = sorted(loop_keys | {f.name for schema in hyperparameters.values() for f in dataclasses.fields(schema)})
+        raise ConfigError(f"unknown config key '{key}'{_suggest(key, every_key)}")
+    settings = hyperparameters[optimizer](**{k: v for k, v in values.items() if k in own_keys})
+    return TrainConfig(**{k: v for k, v in values.items() if k in loop_keys}, hyperparameters=settings)

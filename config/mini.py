@@ -2,7 +2,7 @@
 # standard-library corpus as raw bytes (python -m data.quickstart --tokenizer bytes), so the CPU's work
 # goes into the transformer: 0.49M parameters, 10% of them in the embeddings (the GPT-2-token mini model
 # had 94% in a 50K-row embedding), each run 256 steps of 4096 tokens = 1.05M tokens.
-# The paper's shape shrunk: its global-gradient scale and decay groups here, each optimizer's betas,
+# The paper's shape shrunk: its global-gradient scale here; each optimizer's betas, decay groups,
 # gamma, weight decays and schedule in config/mini_<optimizer>.py, applied after this file.
 out_dir = "out/mini"
 dataset = "stdlib_bytes"
@@ -24,7 +24,6 @@ lr_schedule = "cosine"
 min_lr = 0.0  # every optimizer and learning rate decays to 0 (the paper's floors are 0-5% of the peak)
 grad_clip = 1.0
 grad_multiplier = 4.0  # the official scripts' gradient scale (GPT-2 small: 4 x the batch mean)
-decay_embeddings = False  # the official decay groups
 eval_interval = 32
 eval_sequences = 128
 log_interval = 8

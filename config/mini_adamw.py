@@ -5,3 +5,4 @@ learning_rate = 2e-3
 weight_decay = 0.1
 beta1 = 0.9
 beta2 = 0.95
+decay_embeddings = False  # the official decay groups

@@ -11,3 +11,4 @@ beta1 = 0.95
 beta2 = 0.99
 lr_1d = 3e-3
 weight_decay_1d = 0.1
+decay_embeddings = False  # the official decay groups

@@ -1,125 +1,86 @@
 """
 The optimizer registry: every optimizer the training loop can build, in one table.
 
-Each entry says how the optimizer is built from the training config, which config
-keys it reads, which of them shape its state (a resume cannot change those), how
-reports name a run of it, and its recipes for the CPU mini reproduction. Config
-validation, resume checks, scripts/report.py and the mini scripts read this table;
-adding an optimizer is one file in optim/ plus one entry here.
-
-Contract with the training loop (train.py never branches on an optimizer's name):
-  - every param group carries "base_lr"; the schedule sets lr = base_lr * multiplier
-    (MARS's and Muon's AdamW-handled parameters follow the schedule through it too);
-  - an optimizer with `needs_grad_on_next_batch = True` (MARS-exact) gets, before
-    each step t, the clipped gradient at the current weights on the batch of step
-    t+1 through `stash_grad_for_next_step()` (read from p.grad); step t still uses
-    the gradient stashed before step t-1 (zero at the first step);
-  - zero_grad() with either set_to_none value is correct for every optimizer here.
+Each entry names an optimizer (the config key `optimizer`), its hyperparameters (the settings it
+reads, their types, ranges and defaults, declared in its module: optim/contract.py) and its builder,
+and its recipes for the CPU mini reproduction. Config validation (load_config), resume checks,
+scripts/report.py, the sweep tool and the benchmarks read this table; adding an optimizer is one
+file in optim/ plus one entry here. What the training loop may ask of an optimizer is the contract
+in optim/contract.py; train.py never branches on an optimizer's name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 import torch.nn as nn
 
-from optim.adamw import build_adamw
-from optim.mars import MARS, MARS_TYPES, build_mars
-from optim.mars_m import MARSM, build_mars_m
-from optim.moonlight import Moonlight, build_moonlight
-from optim.muon import Muon, build_muon
+import config
+from optim.adamw import AdamWHyperparameters, build_adamw
+from optim.contract import Builder, Hyperparameters, Loop
+from optim.mars import MARS, MARSHyperparameters, build_mars
+from optim.mars_m import MARSM, MARSMHyperparameters, build_mars_m
+from optim.moonlight import Moonlight, MoonlightHyperparameters, build_moonlight
+from optim.muon import Muon, MuonHyperparameters, build_muon
 
-if TYPE_CHECKING:
-    from config import TrainConfig
-
-__all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", "build_optimizer", "display_name"]
+__all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", "build_optimizer", "load_config"]
 
 
 @dataclass(frozen=True)
 class OptimizerSpec:
     name: str  # the value of the config key `optimizer`
-    build: Callable[[nn.Module, TrainConfig, str], torch.optim.Optimizer]  # (model, config, device type)
-    config_keys: tuple[str, ...]  # the TrainConfig keys build() reads
-    state_keys: tuple[str, ...]  # the subset that shapes the optimizer state: refused on resume
-    display_name: Callable[[dict], str]  # a run's name in reports, from its config dict
+    hyperparameters: type[Hyperparameters]
+    build: Builder
     mini_recipes: dict[str, str] = field(default_factory=dict)  # name -> arguments after config/mini.py
-    # forward-backward passes over the batch per step (2: the exact forms' second gradient)
-    gradients_per_step: Callable[[dict], int] = lambda cfg: 1
 
-
-_MARS_NAMES = {"mars-adamw": "MARS", "mars-lion": "MARS-Lion", "mars-shampoo": "MARS-Shampoo"}
-_ADAMW_KEYS = ("learning_rate", "weight_decay", "decay_embeddings", "beta1", "beta2", "eps")
-_SIDE_ADAMW_KEYS = ("lr_1d", "beta1_1d", "beta2_1d", "weight_decay_1d")
 
 OPTIMIZERS: dict[str, OptimizerSpec] = {
     spec.name: spec
     for spec in (
-        OptimizerSpec(
-            "adamw", build_adamw, config_keys=_ADAMW_KEYS, state_keys=(),
-            display_name=lambda cfg: "AdamW",
-            mini_recipes={"adamw": "config/mini_adamw.py"},
-        ),
-        OptimizerSpec(
-            "mars", build_mars,
-            config_keys=(*_ADAMW_KEYS, *_SIDE_ADAMW_KEYS, "mars_type", "gamma", "is_approx", "optimize_1d",
-                         "amsgrad", "compile"),
-            state_keys=("mars_type", "is_approx", "optimize_1d", "amsgrad"),
-            display_name=lambda cfg: f"{_MARS_NAMES[cfg['mars_type']]}-{'approx' if cfg['is_approx'] else 'exact'}",
-            # MARS-exact first: it is the longest, so parallel runs finish together.
-            mini_recipes={"mars_exact": "config/mini_mars.py --is_approx=False",
-                          "mars_approx": "config/mini_mars.py --is_approx=True"},
-            gradients_per_step=lambda cfg: 1 if cfg["is_approx"] else 2,
-        ),
-        OptimizerSpec(
-            "muon", build_muon,
-            config_keys=("learning_rate", "weight_decay", "eps", "muon_momentum", "muon_nesterov",
-                         "muon_embeddings_on_adamw", "muon_adamw", *_SIDE_ADAMW_KEYS, "compile"),
-            state_keys=("muon_embeddings_on_adamw",),
-            display_name=lambda cfg: "Muon",
-            mini_recipes={"muon": "config/mini_muon.py"},
-        ),
-        OptimizerSpec(
-            "mars-m", build_mars_m,
-            config_keys=("learning_rate", "weight_decay", "beta1", "beta1_1d", "beta2_1d", "eps", "gamma",
-                         "is_approx", "mars_m_efficient", "compile"),
-            state_keys=("is_approx", "mars_m_efficient"),
-            display_name=lambda cfg: "MARS-M" + ("-efficient" if cfg["mars_m_efficient"] else
-                                                 "-approx" if cfg["is_approx"] else "-exact"),
-            mini_recipes={"mars_m": "config/mini_mars_m.py"},
-            gradients_per_step=lambda cfg: 1 if cfg["is_approx"] else 2,
-        ),
-        OptimizerSpec(
-            "moonlight", build_moonlight,
-            config_keys=("learning_rate", "weight_decay", "beta1", "muon_nesterov", "beta1_1d", "beta2_1d", "eps",
-                         "compile"),
-            state_keys=(),
-            display_name=lambda cfg: "Moonlight",
-            mini_recipes={"moonlight": "config/mini_moonlight.py"},
-        ),
+        OptimizerSpec("adamw", AdamWHyperparameters, build_adamw, {"adamw": "config/mini_adamw.py"}),
+        # MARS-exact first: it is the longest, so parallel runs finish together.
+        OptimizerSpec("mars", MARSHyperparameters, build_mars,
+                      {"mars_exact": "config/mini_mars.py --is_approx=False",
+                       "mars_approx": "config/mini_mars.py --is_approx=True"}),
+        OptimizerSpec("muon", MuonHyperparameters, build_muon, {"muon": "config/mini_muon.py"}),
+        OptimizerSpec("mars-m", MARSMHyperparameters, build_mars_m, {"mars_m": "config/mini_mars_m.py"}),
+        OptimizerSpec("moonlight", MoonlightHyperparameters, build_moonlight, {"moonlight": "config/mini_moonlight.py"}),
     )
 }
-VARIANT_CHOICES = {"mars_type": MARS_TYPES}  # config keys whose choices an optimizer defines
+HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str) -> torch.optim.Optimizer:
+def load_config(argv: list[str], base: dict[str, Any] | None = None) -> config.TrainConfig:
+    """config.load_config with the registry's hyperparameters: [config_file.py] [--key=value ...]."""
+    return config.load_config(argv, HYPERPARAMETERS, base)
+
+
+def build_optimizer(model: nn.Module, cfg: config.TrainConfig, device_type: str) -> torch.optim.Optimizer:
     """The optimizer named by cfg.optimizer, each param group's base_lr set to its initial lr."""
-    optimizer = OPTIMIZERS[cfg.optimizer].build(model, cfg, device_type)
+    loop = Loop(learning_rate=cfg.learning_rate, compiled=cfg.compile, device_type=device_type)
+    optimizer = OPTIMIZERS[cfg.optimizer].build(model, cfg.hyperparameters, loop)
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]
     return optimizer
 
 
+def hyperparameters_of(cfg: dict) -> Hyperparameters:
+    """The optimizer settings of a run, from its config.json's config (a recorded config may hold keys
+    other optimizers read: older runs recorded every optimizer's)."""
+    schema = HYPERPARAMETERS[cfg["optimizer"]]
+    return schema(**{f: cfg[f] for f in schema.__dataclass_fields__ if f in cfg})
+
+
 def display_name(cfg: dict) -> str:
     """How reports name a run, from its config.json's config."""
-    return OPTIMIZERS[cfg["optimizer"]].display_name(cfg)
+    return hyperparameters_of(cfg).display_name()
 
 
 def gradients_per_step(cfg: dict) -> int:
     """Forward-backward passes over the batch per step of a run, from its config.json's config."""
-    return OPTIMIZERS[cfg["optimizer"]].gradients_per_step(cfg)
+    return hyperparameters_of(cfg).gradients_per_step()
 
 
 def mini_recipes() -> dict[str, str]:

@@ -1,20 +1,48 @@
-"""AdamW: torch's fused implementation, the paper's baseline."""
+"""AdamW: torch's fused implementation, the paper's baseline; and the settings of the AdamW that MARS and
+Muon run on their other (1-D) parameters."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
-from optim.param_groups import split_decay_groups
-
-if TYPE_CHECKING:
-    from config import TrainConfig
+from optim.contract import Hyperparameters, Loop, beta, positive, setting
+from optim.routing import Route, routed_params, routing
 
 
-def build_adamw(model: nn.Module, cfg: TrainConfig, device_type: str) -> torch.optim.AdamW:
-    decayed, not_decayed = split_decay_groups(model, cfg.decay_embeddings)
-    groups = [dict(params=decayed, weight_decay=cfg.weight_decay), dict(params=not_decayed, weight_decay=0.0)]
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-                             fused=device_type in ("cuda", "cpu"))
+@dataclass
+class AdamWHyperparameters(Hyperparameters):
+    weight_decay: float = setting(0.1, 0.0)
+    beta1: float = beta(0.9)
+    beta2: float = beta(0.95)
+    eps: float = setting(1e-8, 0.0)
+    # Which 2-D parameters take weight_decay: True, every one (nanoGPT's rule); False, the blocks' matrices
+    # only, as the official MARS code (no decay for the embeddings and the tied head).
+    decay_embeddings: bool = True
+
+    def display_name(self) -> str:
+        return "AdamW"
+
+
+@dataclass
+class SideAdamW(Hyperparameters):
+    """The AdamW on the parameters a matrix optimizer leaves alone (MARS's and Muon's 1-D parameters)."""
+
+    lr_1d: float = positive(3e-3)
+    beta1_1d: float = beta(0.9)
+    beta2_1d: float = beta(0.95)
+    weight_decay_1d: float = setting(0.1, 0.0)
+
+
+def decay_routing(rule: str, decay_embeddings: bool) -> dict[str, Route]:
+    """Every parameter on one rule; the matrices decay, the embeddings with decay_embeddings, 1-D never."""
+    return routing(Route(rule, True), Route(rule, decay_embeddings), Route(rule, False))
+
+
+def build_adamw(model: nn.Module, hp: AdamWHyperparameters, loop: Loop) -> torch.optim.AdamW:
+    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
+              for route, params in routed_params(model, decay_routing("adamw", hp.decay_embeddings))]
+    return torch.optim.AdamW(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps,
+                             fused=loop.device_type in ("cuda", "cpu"))

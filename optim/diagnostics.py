@@ -1,7 +1,7 @@
 """
 Optimizer diagnostics for the logs, computed on log steps only (no host sync in between):
-  - update RMS and weight RMS, over all parameters and per kind (attention, mlp, embeddings,
-    1d), for every optimizer: the update is the weights after the step minus before;
+  - update RMS and weight RMS, over all parameters and per kind (optim.routing.parameter_kinds:
+    attention, mlp, embeddings, 1d), for every optimizer: the update is the weights after the step minus before;
   - for MARS-type optimizers (MARS, MARS-M), whether the variance-reduction term does anything:
     the fraction of tensors whose corrected gradient c was clipped (||c|| > 1),
     ||g_t - g_prev|| / ||g_t|| and cos(g_t, g_prev), over the tensors the MARS rule updates.
@@ -10,21 +10,6 @@ The values are 0-d device tensors; the loop reads them with the rest of a log ro
 
 import torch
 import torch.nn as nn
-
-from optim.param_groups import embedding_params
-
-KINDS = ("attention", "mlp", "embeddings", "1d")
-
-
-def parameter_kinds(model: nn.Module) -> dict[str, list[nn.Parameter]]:
-    """The model's parameters by kind (the tied head counts as the token embedding)."""
-    embeddings = {id(p) for p in embedding_params(model)}
-    kinds: dict[str, list[nn.Parameter]] = {kind: [] for kind in KINDS}
-    for name, p in model.named_parameters():
-        kind = ("embeddings" if id(p) in embeddings else "1d" if p.ndim < 2 else
-                "attention" if ".attn." in name else "mlp")
-        kinds[kind].append(p)
-    return {kind: params for kind, params in kinds.items() if params}
 
 
 def weights_before_step(kinds: dict[str, list[nn.Parameter]]) -> dict[str, list[torch.Tensor]]:

@@ -42,36 +42,53 @@ Where we fix its defects:
     repeats every one on every rank.
 
 MARS-exact (is_approx=False) takes g_prev as the gradient at the previous weights
-on the current batch. The optimizer declares needs_grad_on_next_batch = True and
-the training loop, before step t, computes the (clipped) gradient at x_t on the
-batch of step t+1 and calls stash_grad_for_next_step(); step t still uses the
-gradient stashed before step t-1 (zero at the first step).
+on the current batch: a SecondGradient optimizer (optim/contract.py). Before step t
+the training loop computes the (clipped) gradient at x_t on the batch of step t+1
+and calls stash_grad_for_next_step(); step t still uses the gradient stashed before
+step t-1 (zero at the first step).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
+from optim.adamw import AdamWHyperparameters, SideAdamW
+from optim.contract import Loop, SecondGradient, VarianceReduction, setting
 from optim.diagnostics import variance_reduction_stats
 from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
 from optim.rules import (
     MARS_ADAMW, MARS_LION, adam_state, adam_step_scalars, adamw_update, decoupled_step_, mars_momentum_,
     scalar_tensor,
 )
-from optim.param_groups import split_decay_groups
-
-if TYPE_CHECKING:
-    from config import TrainConfig
+from optim.routing import Route, routed_params, routing
 
 MARS_TYPES = ("mars-adamw", "mars-lion", "mars-shampoo")
+MARS_NAMES = {"mars-adamw": "MARS", "mars-lion": "MARS-Lion", "mars-shampoo": "MARS-Shampoo"}
 
 
-class KeptGradients:
+@dataclass
+class MARSHyperparameters(AdamWHyperparameters, SideAdamW):
+    mars_type: str = setting("mars-adamw", choices=MARS_TYPES)
+    gamma: float = setting(0.025, 0.0)
+    is_approx: bool = True
+    optimize_1d: bool = False
+    amsgrad: bool = False
+
+    state_keys = ("mars_type", "is_approx", "optimize_1d", "amsgrad")
+
+    def display_name(self) -> str:
+        return f"{MARS_NAMES[self.mars_type]}-{'approx' if self.is_approx else 'exact'}"
+
+    def second_gradient(self) -> bool:
+        return not self.is_approx
+
+
+class KeptGradients(SecondGradient, VarianceReduction):
     """The earlier gradients MARS-type optimizers keep: g_prev (the previous step's gradient, by
     reference, for the approximate forms) and MARS-exact's stash (the gradient at the current weights
     on the next step's batch). For an Optimizer with `is_approx`, `uses_mars_rule(p, group)` and
@@ -174,8 +191,7 @@ class MARS(KeptGradients, Optimizer):
         self.is_approx = is_approx
         self.lr_1d_factor = lr_1d / lr
         self.compiled = compiled
-        # The capability train.py looks for: a second gradient per step, see stash_grad_for_next_step().
-        self.needs_grad_on_next_batch = not is_approx
+        self.needs_grad_on_next_batch = not is_approx  # (SecondGradient)
 
     @staticmethod
     def uses_mars_rule(p: torch.Tensor, group: dict) -> bool:
@@ -248,14 +264,17 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def build_mars(model: nn.Module, cfg: TrainConfig, device_type: str) -> MARS:
-    """MARS from the training config: decay / no-decay groups (see decay_embeddings), as the official
-    runs; MARS then leaves the 1-D parameters to AdamW with weight_decay_1d (see the module docstring)."""
-    decayed, not_decayed = split_decay_groups(model, cfg.decay_embeddings)
-    groups = [dict(params=decayed, weight_decay=cfg.weight_decay), dict(params=not_decayed, weight_decay=0.0)]
+def build_mars(model: nn.Module, hp: MARSHyperparameters, loop: Loop) -> MARS:
+    """MARS in the official runs' two param groups, decay and no decay (see decay_embeddings); within
+    them MARS itself sends the 1-D parameters to AdamW with weight_decay_1d unless optimize_1d (see the
+    module docstring), as the routing table says."""
+    table = routing(Route("mars", True), Route("mars", hp.decay_embeddings),
+                    Route("mars" if hp.optimize_1d else "adamw", False))
+    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
+              for route, params in routed_params(model, table, key=lambda route: route.decay)]
     return MARS(
-        groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay,
-        amsgrad=cfg.amsgrad, gamma=cfg.gamma, is_approx=cfg.is_approx, mars_type=cfg.mars_type,
-        optimize_1d=cfg.optimize_1d, lr_1d=cfg.lr_1d, betas_1d=(cfg.beta1_1d, cfg.beta2_1d),
-        weight_decay_1d=cfg.weight_decay_1d, compiled=cfg.compile,
+        groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps, weight_decay=hp.weight_decay,
+        amsgrad=hp.amsgrad, gamma=hp.gamma, is_approx=hp.is_approx, mars_type=hp.mars_type,
+        optimize_1d=hp.optimize_1d, lr_1d=hp.lr_1d, betas_1d=(hp.beta1_1d, hp.beta2_1d),
+        weight_decay_1d=hp.weight_decay_1d, compiled=loop.compiled,
     )

@@ -63,17 +63,41 @@ Where we fix its defects:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
+from config import ConfigError
+from optim.contract import Hyperparameters, Loop, beta, setting
 from optim.mars import KeptGradients
-from optim.moonlight import Moonlight, official_split
+from optim.moonlight import Moonlight, official_groups
 from optim.rules import mars_momentum_
 
-if TYPE_CHECKING:
-    from config import TrainConfig
+
+@dataclass
+class MARSMHyperparameters(Hyperparameters):
+    weight_decay: float = setting(0.1, 0.0)
+    beta1: float = setting(0.9, 0.0, 1.0, low_open=True, high_open=True)  # the momentum, as the official scripts pass it
+    beta1_1d: float = beta(0.9)  # the AdamW side's betas
+    beta2_1d: float = beta(0.95)
+    eps: float = setting(1e-8, 0.0)
+    gamma: float = setting(0.025, 0.0)
+    is_approx: bool = True
+    mars_m_efficient: bool = False  # the memory-efficient form (official mars_m_efficient.py): approx, no clip
+
+    state_keys = ("is_approx", "mars_m_efficient")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mars_m_efficient and not self.is_approx:
+            raise ConfigError("mars_m_efficient=True is the approximate MARS-M: it needs is_approx=True")
+
+    def display_name(self) -> str:
+        return "MARS-M" + ("-efficient" if self.mars_m_efficient else "-approx" if self.is_approx else "-exact")
+
+    def second_gradient(self) -> bool:
+        return not self.is_approx
 
 
 class MARSM(KeptGradients, Moonlight):
@@ -93,8 +117,7 @@ class MARSM(KeptGradients, Moonlight):
             raise ValueError("the efficient MARS-M is MARS-M-approx without clipping: "
                              "it takes is_approx=True and clip_c=False")
         self.gamma, self.clip_c, self.is_approx, self.efficient = gamma, clip_c, is_approx, efficient
-        # The capability train.py looks for: a second gradient per step, see stash_grad_for_next_step().
-        self.needs_grad_on_next_batch = not is_approx
+        self.needs_grad_on_next_batch = not is_approx  # (SecondGradient)
         super().__init__(params, lr=lr, wd=wd, momentum=momentum, nesterov=False, ns_steps=ns_steps,
                          adamw_betas=adamw_betas, adamw_eps=adamw_eps, compiled=compiled)
 
@@ -136,8 +159,8 @@ class MARSM(KeptGradients, Moonlight):
         self._keep_last_grads(params, states)
 
 
-def build_mars_m(model: nn.Module, cfg: TrainConfig, device_type: str) -> MARSM:
-    """MARS-M from the training config, as the official train_mars_m.py builds it (momentum=beta1)."""
-    return MARSM(official_split(model), lr=cfg.learning_rate, wd=cfg.weight_decay, momentum=cfg.beta1,
-                 adamw_betas=(cfg.beta1_1d, cfg.beta2_1d), adamw_eps=cfg.eps, gamma=cfg.gamma,
-                 is_approx=cfg.is_approx, efficient=cfg.mars_m_efficient, compiled=cfg.compile)
+def build_mars_m(model: nn.Module, hp: MARSMHyperparameters, loop: Loop) -> MARSM:
+    """MARS-M as the official train_mars_m.py builds it (momentum=beta1)."""
+    return MARSM(official_groups(model), lr=loop.learning_rate, wd=hp.weight_decay, momentum=hp.beta1,
+                 adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps, gamma=hp.gamma,
+                 is_approx=hp.is_approx, efficient=hp.mars_m_efficient, compiled=loop.compiled)

@@ -38,18 +38,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
+from optim.contract import Hyperparameters, Loop, beta, setting
 from optim.muon import NS5_EPS, Muon
 from optim.newton_schulz import newton_schulz5_across_ranks
-from optim.param_groups import embedding_params
+from optim.routing import Route, routed_params, routing
 from optim.rules import decoupled_step_
 
-if TYPE_CHECKING:
-    from config import TrainConfig
+
+@dataclass
+class MoonlightHyperparameters(Hyperparameters):
+    weight_decay: float = setting(0.1, 0.0)  # both rules'
+    beta1: float = beta(0.9)  # the matrix rule's momentum, as the official scripts pass it
+    muon_nesterov: bool = True
+    beta1_1d: float = beta(0.9)  # the AdamW side's betas
+    beta2_1d: float = beta(0.95)
+    eps: float = setting(1e-8, 0.0)
+
+    def display_name(self) -> str:
+        return "Moonlight"
 
 
 class Moonlight(Muon):
@@ -85,18 +96,19 @@ def rms_matching_scale(rows: int, cols: int) -> float:
     return 0.2 * math.sqrt(max(rows, cols))
 
 
-def official_split(model: nn.Module) -> list[dict]:
-    """The official MARS-M/Moonlight scripts' split: 2-D parameters on the matrix rule except the
-    embeddings and the tied head, which go to AdamW with the 1-D ones (all decayed with wd)."""
-    embeddings = {id(p) for p in embedding_params(model)}
-    params = [p for p in model.parameters() if p.requires_grad]
-    on_matrix_rule = [p for p in params if p.ndim == 2 and id(p) not in embeddings]
-    on_adamw = [p for p in params if not (p.ndim == 2 and id(p) not in embeddings)]
-    return [dict(params=on_matrix_rule, use_muon=True), dict(params=on_adamw, use_muon=False)]
+# The official MARS-M/Moonlight scripts' split: the blocks' matrices on the matrix rule; the embeddings,
+# the tied head and the 1-D parameters on AdamW; every group decays with wd.
+OFFICIAL_ROUTING = routing(Route("muon", True), Route("adamw", True), Route("adamw", True))
 
 
-def build_moonlight(model: nn.Module, cfg: TrainConfig, device_type: str) -> Moonlight:
-    """Moonlight from the training config, as the official train_moonlight.py builds it (momentum=beta1)."""
-    return Moonlight(official_split(model), lr=cfg.learning_rate, wd=cfg.weight_decay, momentum=cfg.beta1,
-                     nesterov=cfg.muon_nesterov, adamw_betas=(cfg.beta1_1d, cfg.beta2_1d), adamw_eps=cfg.eps,
-                     compiled=cfg.compile)
+def official_groups(model: nn.Module) -> list[dict]:
+    """OFFICIAL_ROUTING as Muon's use_muon param groups."""
+    return [dict(params=params, use_muon=route.rule == "muon")
+            for route, params in routed_params(model, OFFICIAL_ROUTING)]
+
+
+def build_moonlight(model: nn.Module, hp: MoonlightHyperparameters, loop: Loop) -> Moonlight:
+    """Moonlight as the official train_moonlight.py builds it (momentum=beta1)."""
+    return Moonlight(official_groups(model), lr=loop.learning_rate, wd=hp.weight_decay, momentum=hp.beta1,
+                     nesterov=hp.muon_nesterov, adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps,
+                     compiled=loop.compiled)

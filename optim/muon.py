@@ -21,20 +21,37 @@ state_dict is a complete checkpoint.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
+from optim.adamw import SideAdamW
+from optim.contract import Loop, beta, setting
 from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
-from optim.param_groups import embedding_params
+from optim.routing import Route, routed_params, routing
 from optim.rules import ADAMW_VARIANTS, adamw_update, decoupled_step_
 
-if TYPE_CHECKING:
-    from config import TrainConfig
-
 NS5_EPS = 1e-7  # the official Muon's; MARS-Shampoo uses the optimizer's eps
+
+
+@dataclass
+class MuonHyperparameters(SideAdamW):
+    weight_decay: float = setting(0.1, 0.0)
+    eps: float = setting(1e-8, 0.0)  # the AdamW side's
+    muon_momentum: float = beta(0.95)
+    muon_nesterov: bool = True
+    muon_embeddings_on_adamw: bool = False  # the now-recommended split; the paper puts them on Muon
+    # The AdamW on Muon's other parameters: "torch" (torch's arithmetic) or "official", that of the
+    # official MARS repository's optimizers/adamw.py (eps added to the uncorrected sqrt(v), weight
+    # decay scaled by the bias-corrected step size), which its train_muon.py uses.
+    muon_adamw: str = setting("torch", choices=("torch", "official"))
+
+    state_keys = ("muon_embeddings_on_adamw",)
+
+    def display_name(self) -> str:
+        return "Muon"
 
 
 class Muon(Optimizer):
@@ -111,19 +128,15 @@ class Muon(Optimizer):
         return state["momentum_buffer"]
 
 
-def build_muon(model: nn.Module, cfg: TrainConfig, device_type: str) -> Muon:
-    """Muon from the training config. The paper's baseline: every 2-D parameter (embeddings too)
-    on Muon, the rest on AdamW; muon_embeddings_on_adamw moves the embeddings (and the tied head)
-    to AdamW."""
-    on_adamw = {id(p) for p in embedding_params(model)} if cfg.muon_embeddings_on_adamw else set()
-    params = [p for p in model.parameters() if p.requires_grad]
-    takes_muon = {id(p): p.ndim == 2 and id(p) not in on_adamw for p in params}
-    muon = [p for p in params if takes_muon[id(p)]]
-    adamw = [p for p in params if not takes_muon[id(p)]]
+def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:
+    """The paper's baseline: every 2-D parameter (embeddings too) on Muon, the rest on AdamW;
+    muon_embeddings_on_adamw moves the embeddings (and the tied head) to AdamW."""
+    table = routing(Route("muon", True), Route("adamw" if hp.muon_embeddings_on_adamw else "muon", True),
+                    Route("adamw", True))
     return Muon(
-        [dict(params=muon, use_muon=True), dict(params=adamw, use_muon=False)],
-        lr=cfg.learning_rate, momentum=cfg.muon_momentum, nesterov=cfg.muon_nesterov,
-        weight_decay=cfg.weight_decay, adamw_lr=cfg.lr_1d, adamw_betas=(cfg.beta1_1d, cfg.beta2_1d),
-        adamw_eps=cfg.eps, adamw_weight_decay=cfg.weight_decay_1d, compiled=cfg.compile,
-        adamw_variant="official-mars" if cfg.muon_adamw == "official" else "torch",
+        [dict(params=params, use_muon=route.rule == "muon") for route, params in routed_params(model, table)],
+        lr=loop.learning_rate, momentum=hp.muon_momentum, nesterov=hp.muon_nesterov,
+        weight_decay=hp.weight_decay, adamw_lr=hp.lr_1d, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
+        adamw_eps=hp.eps, adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled,
+        adamw_variant="official-mars" if hp.muon_adamw == "official" else "torch",
     )

@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from checkpoint import has_checkpoint
-from config import load_config
+from optim import load_config
 from runtime import InputError, at_least, exit_on_input_error
 from scripts.report import Run, load_run
 

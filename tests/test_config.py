@@ -1,6 +1,7 @@
 import pytest
 
-from config import ConfigError, TrainConfig, load_config
+from config import ConfigError, TrainConfig
+from optim import load_config
 
 
 def test_file_then_overrides(tmp_path):
@@ -57,7 +58,22 @@ def test_values_out_of_range_are_refused():
     with pytest.raises(ConfigError, match="warmup_iters"):
         TrainConfig(warmup_iters=-1)
     with pytest.raises(ConfigError, match="MARS-exact"):
-        TrainConfig(dtype="float16", optimizer="mars", is_approx=False)
+        load_config(["--dtype=float16", "--optimizer=mars", "--is_approx=False"])
+    with pytest.raises(ConfigError, match=r"'beta2' must be in \[0.0, 1.0\), got 1.0"):  # an optimizer's own range
+        load_config(["--optimizer=mars", "--beta2=1.0"])
+    with pytest.raises(ConfigError, match="'mars_type' is 'mars-sgd'; choose one of mars-adamw"):
+        load_config(["--optimizer=mars", "--mars_type=mars-sgd"])
+
+
+def test_a_key_the_chosen_optimizer_does_not_read_is_refused():
+    """--optimizer=moonlight --lr_1d=... was silently ignored: lr_1d is MARS's and Muon's."""
+    with pytest.raises(ConfigError, match="'lr_1d' is a setting of mars, muon, not of the chosen optimizer "
+                                          "'moonlight'"):
+        load_config(["--optimizer=moonlight", "--lr_1d=1e-3"])
+    with pytest.raises(ConfigError, match="unknown config key 'lr_1dd' \\(did you mean 'lr_1d'\\?\\)"):
+        load_config(["--optimizer=moonlight", "--lr_1dd=1e-3"])
+    cfg = load_config(["--optimizer=muon", "--lr_1d=1e-3"])
+    assert cfg.hyperparameters.lr_1d == 1e-3 and cfg.to_dict()["lr_1d"] == 1e-3 and "gamma" not in cfg.to_dict()
 
 
 def test_names_a_config_file_imports_are_not_settings(tmp_path):

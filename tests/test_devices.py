@@ -14,7 +14,7 @@ import torch
 
 import train
 from checkpoint import load_model, save_checkpoint, step_path
-from config import load_config
+from optim import load_config
 from conftest import REPO, run_train, tiny_run_args
 from data.loader import to_device
 from model import GPT, GPTConfig

@@ -10,20 +10,19 @@ import pytest
 import torch
 
 import train
-from config import TrainConfig
 from conftest import run_train, tiny_run_args
 from model import GPT, GPTConfig
-from optim import build_optimizer
-from optim.diagnostics import parameter_kinds
+from optim import build_optimizer, load_config
+from optim.routing import parameter_kinds
 from runtime import Runtime
 from scripts import report
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "mars", "mars-m"])
 def test_diagnostics_match_a_direct_computation(optimizer, tiny_dataset):
-    cfg = TrainConfig(data_dir=tiny_dataset, device="cpu", n_layer=2, n_head=2, n_embd=16, block_size=16,
-                      vocab_size=128, total_batch_size=4 * 16, micro_batch_size=4, optimizer=optimizer,
-                      learning_rate=1e-2, grad_clip=0.0, compile=False)
+    cfg = load_config([], base=dict(data_dir=tiny_dataset, device="cpu", n_layer=2, n_head=2, n_embd=16, block_size=16,
+                                     vocab_size=128, total_batch_size=4 * 16, micro_batch_size=4, optimizer=optimizer,
+                                     learning_rate=1e-2, grad_clip=0.0, compile=False))
     rt = Runtime(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
     data = train.load_data(cfg, rt)
     torch.manual_seed(0)
@@ -37,16 +36,16 @@ def test_diagnostics_match_a_direct_computation(optimizer, tiny_dataset):
     assert all(".attn." in n for n, p in named.items() if any(p is q for q in kinds["attention"]))
     assert all(p.ndim == 1 for p in kinds["1d"])
 
+    steps = train.StepContext(model, list(model.parameters()), opt, scaler, data.train_batches, cfg, rt, nullcontext())
     for step in range(3):
         before = {n: p.detach().clone() for n, p in named.items()}
         grads, last = {}, {}
         if step == 2:  # the gradients the step uses, and MARS's g_prev, to restate the statistics
-            train.forward_backward(model, data.train_batches, step, 1, 4, 1.0, rt, nullcontext(), scaler)
+            steps.forward_backward(step)
             grads = {n: p.grad.clone() for n, p in named.items()}
             last = {n: opt.state[p]["last_grad"].clone() for n, p in named.items() if "last_grad" in opt.state[p]}
             opt.zero_grad()
-        _, _, diagnostics = train.optimizer_step(model, list(model.parameters()), opt, scaler, data.train_batches,
-                                                 step, cfg, rt, nullcontext(), kinds)
+        _, _, diagnostics = steps.optimizer_step(step, kinds)
     for kind, params in kinds.items():
         names = [n for n, p in named.items() if any(p is q for q in params)]
         count = sum(named[n].numel() for n in names)
@@ -61,7 +60,7 @@ def test_diagnostics_match_a_direct_computation(optimizer, tiny_dataset):
     if optimizer == "adamw":
         assert not any(k.startswith("mars/") for k in diagnostics)
         return
-    k = 0.025 * cfg.beta1 / (1 - cfg.beta1)
+    k = 0.025 * cfg.hyperparameters.beta1 / (1 - cfg.hyperparameters.beta1)
     g = torch.cat([grads[n].flatten() for n in last]).double()
     g_prev = torch.cat([last[n].flatten() for n in last]).double()
     clipped = [(grads[n] + k * (grads[n] - last[n])).norm().item() > 1 for n in last]

@@ -10,10 +10,11 @@ import train
 from config import TrainConfig
 from data.loader import TokenWindows, TrainBatches
 from model import GPT, GPTConfig
+from optim.contract import SecondGradient
 from runtime import Runtime
 
 
-class RecordingSGD(torch.optim.SGD):
+class RecordingSGD(SecondGradient, torch.optim.SGD):
     needs_grad_on_next_batch = True
 
     def __init__(self, params, lr):
@@ -50,9 +51,9 @@ def test_loop_computes_the_next_batch_gradient_at_the_old_weights(tiny_dataset):
     model = CountingGPT(GPTConfig(**cfg.model_args()))
     opt = RecordingSGD(model.parameters(), lr=cfg.learning_rate)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
+    steps = train.StepContext(model, list(model.parameters()), opt, scaler, data.train_batches, cfg, rt, nullcontext())
     for step in range(3):  # the loop's step, as train() calls it
-        train.optimizer_step(model, list(model.parameters()), opt, scaler, data.train_batches, step, cfg, rt,
-                             nullcontext())
+        steps.optimizer_step(step)
     assert len(opt.stashed) == len(opt.stepped) == 3
     assert len(forward_calls) == 3 * 2 * 2  # 3 steps x 2 gradients x 2 micro-steps: two backward passes per step
 

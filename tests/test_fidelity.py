@@ -28,7 +28,7 @@ import pytest
 import torch
 
 import train
-from config import load_config
+from optim import load_config
 from conftest import REPO
 from data.loader import TokenWindows, TrainBatches
 from model import GPT, GPTConfig
@@ -97,6 +97,7 @@ def official_gradient(model: GPT, batches: TrainBatches, step: int, grad_clip: f
 
 
 def official_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Tensor]:
+    hp = cfg.hyperparameters
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(**cfg.model_args())).double()
     batches = TrainBatches(TokenWindows(tiny_dataset, "train", cfg.block_size), cfg.seed, 8)
@@ -115,40 +116,40 @@ def official_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Tensor]:
                 s["step"] += 1
                 t = s["step"]
                 if recipe == "adamw":  # torch.optim.AdamW
-                    lr, wd = official_lr(it, cfg.learning_rate, cfg, False), cfg.weight_decay if name in linear else 0.0
-                    s["m"] = cfg.beta1 * s["m"] + (1 - cfg.beta1) * g
-                    s["v"] = cfg.beta2 * s["v"] + (1 - cfg.beta2) * g * g
+                    lr, wd = official_lr(it, cfg.learning_rate, cfg, False), hp.weight_decay if name in linear else 0.0
+                    s["m"] = hp.beta1 * s["m"] + (1 - hp.beta1) * g
+                    s["v"] = hp.beta2 * s["v"] + (1 - hp.beta2) * g * g
                     p.mul_(1 - lr * wd)
-                    denom = s["v"].sqrt() / math.sqrt(1 - cfg.beta2**t) + cfg.eps
-                    p.sub_(lr / (1 - cfg.beta1**t) * s["m"] / denom)
+                    denom = s["v"].sqrt() / math.sqrt(1 - hp.beta2**t) + hp.eps
+                    p.sub_(lr / (1 - hp.beta1**t) * s["m"] / denom)
                 elif recipe.startswith("mars"):  # MARS/optimizers/mars.py, mars-adamw
                     lr = official_lr(it, cfg.learning_rate, cfg, False)
                     if p.ndim == 2:
-                        b1, b2, wd = cfg.beta1, cfg.beta2, cfg.weight_decay if name in linear else 0.0
-                        c = g + cfg.gamma * b1 / (1 - b1) * (g - s["last"])
+                        b1, b2, wd = hp.beta1, hp.beta2, hp.weight_decay if name in linear else 0.0
+                        c = g + hp.gamma * b1 / (1 - b1) * (g - s["last"])
                         if c.norm() > 1:
                             c = c / c.norm()
                         step_lr = lr
                     else:  # 1-D: AdamW inside MARS, lr scaled by lr_1d / learning_rate, weight_decay_1d
-                        b1, b2, wd, c = cfg.beta1_1d, cfg.beta2_1d, cfg.weight_decay_1d, g
-                        step_lr = lr * cfg.lr_1d / cfg.learning_rate
+                        b1, b2, wd, c = hp.beta1_1d, hp.beta2_1d, hp.weight_decay_1d, g
+                        step_lr = lr * hp.lr_1d / cfg.learning_rate
                     s["m"] = b1 * s["m"] + (1 - b1) * c
                     s["v"] = b2 * s["v"] + (1 - b2) * c * c
-                    denom = (s["v"].sqrt() / math.sqrt(1 - b2**t) + cfg.eps) * (1 - b1**t)
+                    denom = (s["v"].sqrt() / math.sqrt(1 - b2**t) + hp.eps) * (1 - b1**t)
                     p.sub_(step_lr * (wd * p + s["m"] / denom))
                     s["last"] = g if recipe == "mars_approx" else s["last"]
                 elif p.ndim == 2:  # MARS/optimizers/muon.py on every 2-D parameter
                     lr = official_lr(it, cfg.learning_rate, cfg, True)
-                    s["m"] = cfg.muon_momentum * s["m"] + g
-                    direction = g + cfg.muon_momentum * s["m"]
+                    s["m"] = hp.muon_momentum * s["m"] + g
+                    direction = g + hp.muon_momentum * s["m"]
                     update = reference_ns5(direction, 1e-7) * max(1, p.shape[0] / p.shape[1]) ** 0.5
-                    p.mul_(1 - lr * cfg.weight_decay).sub_(lr * update)
+                    p.mul_(1 - lr * hp.weight_decay).sub_(lr * update)
                 else:  # MARS/optimizers/adamw.py on the rest
-                    lr = official_lr(it, cfg.lr_1d, cfg, True)
-                    s["m"] = cfg.beta1_1d * s["m"] + (1 - cfg.beta1_1d) * g
-                    s["v"] = cfg.beta2_1d * s["v"] + (1 - cfg.beta2_1d) * g * g
-                    step_size = lr * math.sqrt(1 - cfg.beta2_1d**t) / (1 - cfg.beta1_1d**t)
-                    p.sub_(step_size * (cfg.weight_decay_1d * p + s["m"] / (s["v"].sqrt() + cfg.eps)))
+                    lr = official_lr(it, hp.lr_1d, cfg, True)
+                    s["m"] = hp.beta1_1d * s["m"] + (1 - hp.beta1_1d) * g
+                    s["v"] = hp.beta2_1d * s["v"] + (1 - hp.beta2_1d) * g * g
+                    step_size = lr * math.sqrt(1 - hp.beta2_1d**t) / (1 - hp.beta1_1d**t)
+                    p.sub_(step_size * (hp.weight_decay_1d * p + s["m"] / (s["v"].sqrt() + hp.eps)))
             if recipe == "mars_exact":  # update_last_grad(): this step's previous_grad serves the next
                 for s, g in zip(state, previous_grad):
                     s["last"] = g

@@ -17,7 +17,7 @@ import torch
 from config import TrainConfig
 from model import GPT, GPTConfig
 import optim.rules
-from optim import MARS, Muon, build_optimizer
+from optim import MARS, Muon, build_optimizer, load_config
 from optim.newton_schulz import newton_schulz5
 
 STEPS = 20
@@ -422,7 +422,7 @@ TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
 
 
 def tiny_config(**overrides) -> TrainConfig:
-    return TrainConfig(model="small", **{k: v for k, v in TINY.items() if k != "model"}, **overrides)
+    return load_config([], base=dict(model="small", **{k: v for k, v in TINY.items() if k != "model"}, **overrides))
 
 
 def test_factory_groups_and_base_lr():

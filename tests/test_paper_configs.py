@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from conftest import REPO
-from config import load_config, read_config_file
+from config import read_config_file
+from optim import load_config
 from model import GPT, GPTConfig
 from optim import mini_recipes
 
@@ -41,7 +42,7 @@ def test_every_config_file_loads_and_validates(path):
     assert values, f"{path} assigns nothing"
     cfg = load_config([path])
     for key, value in values.items():
-        assert getattr(cfg, key) == value
+        assert cfg.to_dict()[key] == value
 
 
 @pytest.mark.parametrize("recipe, arguments", mini_recipes().items())
@@ -54,6 +55,7 @@ def test_mini_recipes_apply_after_the_mini_setting(recipe, arguments):
 @pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)
 def test_paper_hyperparameters(size, optimizer):
     cfg = load_config([paper_config_path(size, optimizer)])
+    hp = cfg.hyperparameters
     _, min_lr, adamw_lr, muon_lr, muon_adamw_lr, mars_lr, mars_lr_1d = PAPER[size]
     # shared by every run of the paper (and the official code's model: no biases, inverse-layer attention scaling)
     assert (cfg.model, cfg.dataset, cfg.vocab_size, cfg.block_size) == (size, "openwebtext", 50304, 1024)
@@ -65,19 +67,19 @@ def test_paper_hyperparameters(size, optimizer):
     assert cfg.optimizer == optimizer
     if optimizer == "muon":  # the paper-era train_muon.py: constant, then linear to 0 over the last 2000 steps
         assert (cfg.lr_schedule, cfg.wsd_decay_frac * cfg.max_iters, cfg.min_lr) == ("wsd", 2000, 0.0)
-        assert cfg.muon_adamw == "official"
+        assert hp.muon_adamw == "official"
     else:
-        assert (cfg.lr_schedule, cfg.min_lr, cfg.min_lr_groups, cfg.decay_embeddings) == ("cosine", min_lr, "scaled", False)
+        assert (cfg.lr_schedule, cfg.min_lr, cfg.min_lr_groups, hp.decay_embeddings) == ("cosine", min_lr, "scaled", False)
     if optimizer == "adamw":
-        assert (cfg.learning_rate, cfg.weight_decay, cfg.beta1, cfg.beta2) == (adamw_lr, 0.1, 0.9, 0.95)
+        assert (cfg.learning_rate, hp.weight_decay, hp.beta1, hp.beta2) == (adamw_lr, 0.1, 0.9, 0.95)
     elif optimizer == "muon":
-        assert (cfg.learning_rate, cfg.weight_decay, cfg.muon_momentum, cfg.muon_nesterov) == (muon_lr, 0.0, 0.95, True)
-        assert not cfg.muon_embeddings_on_adamw  # the paper's Muon: embeddings on Muon
-        assert (cfg.lr_1d, cfg.weight_decay_1d, cfg.beta1_1d, cfg.beta2_1d) == (muon_adamw_lr, 0.1, 0.9, 0.95)
+        assert (cfg.learning_rate, hp.weight_decay, hp.muon_momentum, hp.muon_nesterov) == (muon_lr, 0.0, 0.95, True)
+        assert not hp.muon_embeddings_on_adamw  # the paper's Muon: embeddings on Muon
+        assert (hp.lr_1d, hp.weight_decay_1d, hp.beta1_1d, hp.beta2_1d) == (muon_adamw_lr, 0.1, 0.9, 0.95)
     else:
-        assert (cfg.mars_type, cfg.is_approx, cfg.gamma, cfg.optimize_1d) == ("mars-adamw", True, 0.025, False)
-        assert (cfg.learning_rate, cfg.weight_decay, cfg.beta1, cfg.beta2) == (mars_lr, 1e-2, 0.95, 0.99)
-        assert (cfg.lr_1d, cfg.weight_decay_1d, cfg.beta1_1d, cfg.beta2_1d) == (mars_lr_1d, 0.1, 0.9, 0.95)
+        assert (hp.mars_type, hp.is_approx, hp.gamma, hp.optimize_1d) == ("mars-adamw", True, 0.025, False)
+        assert (cfg.learning_rate, hp.weight_decay, hp.beta1, hp.beta2) == (mars_lr, 1e-2, 0.95, 0.99)
+        assert (hp.lr_1d, hp.weight_decay_1d, hp.beta1_1d, hp.beta2_1d) == (mars_lr_1d, 0.1, 0.9, 0.95)
 
 
 @pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)

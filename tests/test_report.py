@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from config import TrainConfig
+from optim import load_config
 
 from scripts import report
 
@@ -19,7 +20,7 @@ def write_run(folder, val_losses: list[float], total_iters: int = 100, last_step
               num_params: int = 124_337_664, ms_per_step: float = 1000.0, **config) -> str:
     """A run folder as train.py leaves it: config.json, and metrics.jsonl with the given validation
     losses at evenly spaced steps from 0 to last_step (default: the end), a train row before each."""
-    cfg = TrainConfig(max_iters=total_iters, **config)
+    cfg = load_config([], base=dict(max_iters=total_iters, **config))
     folder.mkdir(parents=True)
     info = dict(config=cfg.to_dict(), num_params=num_params, total_iters=cfg.total_iters(), world_size=1)
     (folder / "config.json").write_text(json.dumps(info))

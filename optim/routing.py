@@ -1,0 +1,56 @@
+"""
+Which parameters take which update rule, as data: one routing table per optimizer.
+
+A GPT's parameters are of four kinds: attention and mlp (the blocks' 2-D weights), embeddings (the
+token and position tables; the lm_head is tied to the token table, one parameter) and 1d (biases and
+LayerNorm weights). An optimizer's routing gives each kind a Route: the update rule it takes and
+whether it takes the group's weight decay. Every builder makes its param groups from its routing with
+routed_params(), and the diagnostics report update sizes by the same kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+KINDS = ("attention", "mlp", "embeddings", "1d")
+
+
+@dataclass(frozen=True)
+class Route:
+    rule: str  # the optimizer's name for the update, e.g. "adamw", "mars", "muon"
+    decay: bool  # takes the group's weight decay
+
+
+def routing(matrices: Route, embeddings: Route, vectors: Route) -> dict[str, Route]:
+    """A routing table: the blocks' matrices (attention and mlp), the embeddings, the 1-D parameters."""
+    return {"attention": matrices, "mlp": matrices, "embeddings": embeddings, "1d": vectors}
+
+
+def parameter_kinds(model: nn.Module) -> dict[str, list[nn.Parameter]]:
+    """The model's trainable parameters by kind, each in the model's order (empty kinds left out)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    kinds: dict[str, list[nn.Parameter]] = {kind: [] for kind in KINDS}
+    for name, p in model.named_parameters():  # (a tied parameter is named once)
+        if p.requires_grad:
+            kind = ("embeddings" if id(p) in embeddings else "1d" if p.ndim < 2 else
+                    "attention" if ".attn." in name else "mlp")
+            kinds[kind].append(p)
+    return {kind: params for kind, params in kinds.items() if params}
+
+
+def routed_params(model: nn.Module, table: dict[str, Route], key: Callable[[Route], Hashable] = lambda route: route
+                  ) -> list[tuple[Route, list[nn.Parameter]]]:
+    """The parameters of each distinct key(route) (by default the route itself), in the order the
+    routes first appear in KINDS' order, with the first route of each and its parameters in the model's
+    order: a builder's param groups, one per entry."""
+    kind_of = {id(p): kind for kind, params in parameter_kinds(model).items() for p in params}
+    routed: dict[Hashable, tuple[Route, list[nn.Parameter]]] = {}
+    for kind in KINDS:
+        routed.setdefault(key(table[kind]), (table[kind], []))
+    for p in model.parameters():
+        if id(p) in kind_of:
+            routed[key(table[kind_of[id(p)]])][1].append(p)
+    return [(route, params) for route, params in routed.values() if params]
