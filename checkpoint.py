@@ -32,6 +32,7 @@ import torch
 
 from data.shards import atomic_write, file_sha256, fsync_directory
 from model import GPT, GPTConfig
+from optim.contract import GroupState
 from runtime import InputError, device_type, resolve_dtype, write_failure
 
 LATEST = "ckpt.pt"
@@ -245,10 +246,12 @@ def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sca
 
 def restore_training_state(ckpt: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                            scaler: torch.amp.GradScaler) -> RunState:
-    """Load the state_dicts. The optimizer's moments come from the checkpoint, its hyperparameters
-    from the current config (resume prints what changed)."""
+    """Load the state_dicts. The optimizer's moments (and the run state some keep in their param groups,
+    optim.contract.GroupState) come from the checkpoint, its hyperparameters from the current config
+    (resume prints what changed)."""
     model.load_state_dict(ckpt["model"])
-    hyperparameters = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    kept = ("params", *(optimizer.group_state_keys if isinstance(optimizer, GroupState) else ()))
+    hyperparameters = [{k: v for k, v in g.items() if k not in kept} for g in optimizer.param_groups]
     optimizer.load_state_dict(ckpt["optimizer"])
     for group, fresh in zip(optimizer.param_groups, hyperparameters):
         group.update(fresh)

@@ -49,7 +49,7 @@ from bench.optimizer_step import PeakMemory, make_optimizers
 from config import TrainConfig
 from data.shards import write_shard
 from model import GPT, GPTConfig, PRESETS
-from optim import OPTIMIZERS, build_optimizer, load_config
+from optim import OPTIMIZERS, build_optimizer, load_config, mini_recipes
 from optim.routing import parameter_kinds
 from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
 from optim.schedule import set_learning_rates
@@ -57,16 +57,11 @@ from runtime import Runtime, autocast_context, configure_device, init_runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Benchmark name -> (the optimizer's part of a paper config's file name, overrides); every entry of
-# the registry appears (main() says so if one is missing).
-VARIANTS = {
-    "adamw": ("adamw", ()),
-    "mars-approx": ("mars", ("--is_approx=True",)),
-    "mars-exact": ("mars", ("--is_approx=False",)),
-    "muon": ("muon", ()),
-    "mars-m": ("mars_m", ()),
-    "moonlight": ("moonlight", ()),
-}
+# Benchmark name -> (the optimizer's part of a paper config's file name, overrides): the registry's mini
+# recipes (config/mini_<part>.py [overrides]), so every optimizer appears.
+VARIANTS = {name.replace("_", "-"): (recipe.args.split()[0].removeprefix("config/mini_").removesuffix(".py"),
+                                     tuple(recipe.args.split()[1:]))
+            for name, recipe in mini_recipes().items()}
 RULE_KERNELS = (ADAMW, UNCORRECTED_EPS_ADAMW, MARS_ADAMW, MARS_LION)
 # --cpu-smoke's model: GPT-2 small's config files with a 2-layer, 32-wide model of 32-token windows
 # over a 256-token vocabulary (NS5 of a 50304-wide embedding would take most of its time on CPU).
@@ -164,12 +159,11 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
     a note when there is none (that model's AdamW config then, with the optimizer switched)."""
     part, overrides = VARIANTS[variant]
     preset = "small" if model == "tiny" else model
-    path = os.path.join(REPO, "config", f"gpt2_{preset}_{part}.py")
+    paths = [os.path.join(REPO, "config", f"gpt2_{preset}_{part}.py")]
     note = ""
-    if not os.path.exists(path):
-        path, overrides = os.path.join(REPO, "config", f"gpt2_{preset}_adamw.py"), (
-            f"--optimizer={part.replace('_', '-')}", *overrides)
-        note = f"no gpt2_{preset}_{part}.py: AdamW's config"
+    if not os.path.exists(paths[0]):  # the size's settings and the optimizer's recipe, at its default lr
+        paths = [os.path.join(REPO, "config", f"gpt2_{preset}.py"), os.path.join(REPO, "config", f"paper_{part}.py")]
+        note = f"no gpt2_{preset}_{part}.py: gpt2_{preset}.py + paper_{part}.py"
     system = [f"--data_dir={data_dir}", f"--device={device}", f"--peak_flops={args.peak_flops}"]
     if args.cpu_smoke:
         system += ["--dtype=float32", "--compile=False"] + [f"--{k}={v}" for k, v in SMOKE_MODEL.items()]
@@ -177,7 +171,7 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
         system += ["--dtype=bfloat16", "--compile=True"]
     if micro_batch:
         system.append(f"--micro_batch_size={micro_batch}")
-    cfg = load_config([path, *overrides, *system])
+    cfg = load_config([*paths, *overrides, *system])
     cfg = dataclasses.replace(cfg, total_batch_size=cfg.micro_batch_size * cfg.block_size * args.grad_accum)
     return cfg, note
 
@@ -287,9 +281,10 @@ def optimizer_alone_ms(config: GPTConfig, device: torch.device, repeats: int, co
     """Median ms of one step of torch's fused AdamW and of MARS-AdamW (approx, compiled or eager rules)
     on the parameters of a GPT of this config, steps interleaved, as bench.optimizer_step times them."""
     with torch.device(device):
-        params = [p.detach().requires_grad_() for p in GPT(config).parameters()]
+        model = GPT(config)
+    params = list(model.parameters())
     gradient_sets = [[torch.randn_like(p) * 1e-3 for p in params] for _ in range(2)]
-    factories = make_optimizers(params, device)
+    factories = make_optimizers(model, device)
     names = ["adamw-fused", "mars-adamw" if compiled else "mars-adamw-eager"]
     optimizers = {name: factories[name]() for name in names}
     clock, marks = Clock(device), {name: [] for name in names}

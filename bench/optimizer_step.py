@@ -5,9 +5,11 @@ Optimizer step benchmark on a GPT-2-shaped set of tensors (124M parameters by de
     python -m bench.optimizer_step --quick              # 2 layers, 3 repeats: a smoke run
     python -m bench.optimizer_step --optimizers adamw-fused,muon,mars-m,moonlight   # the NS5 ones (slow on CPU)
 
-Prints, per optimizer: the median time of one step (repeats interleaved across the
-optimizers, so that load on the machine hits them alike), its ratio to torch's
-fused AdamW, and the peak memory a step allocates beyond what it starts with.
+Every optimizer of the registry (optim.OPTIMIZERS) is here under its name, built as train.py builds
+it (its hyperparameters' defaults, compiled rules), besides variants written out below. Prints, per
+optimizer: the median time of one step (repeats interleaved across the optimizers, so that load on
+the machine hits them alike), its ratio to torch's fused AdamW, the peak memory a step allocates
+beyond what it starts with, and the optimizer state it keeps.
 "official-style MARS" re-implements the official code's loop (per parameter, a
 host sync on each norm, out-of-place temporaries) for the record.
 """
@@ -24,7 +26,7 @@ from torch.optim import Optimizer
 
 import bench
 from model import GPT, GPTConfig, PRESETS
-from optim import MARS, MARSM, Moonlight, Muon
+from optim import MARS, OPTIMIZERS, build_optimizer, load_config
 from optim.newton_schulz import balanced_owners, exchanged_bytes
 
 
@@ -58,13 +60,18 @@ class OfficialStyleMARS(Optimizer):
                 state["last_grad"] = g
 
 
-def make_optimizers(params: list[torch.Tensor], device: torch.device) -> dict[str, Callable[[], Optimizer]]:
-    """params: a GPT's, in model order (the tied token embedding, then the position embedding, ...)."""
+def make_optimizers(model: torch.nn.Module, device: torch.device) -> dict[str, Callable[[], Optimizer]]:
+    """Every registry optimizer by name, built from its defaults (a constant schedule, which every one
+    accepts), and the variants of interest."""
+    params = list(model.parameters())
     fused_ok = device.type in ("cpu", "cuda")
-    # MARS-M and Moonlight as the official scripts split them: embeddings (the first two) on AdamW
-    matrix_split = [dict(params=[p for p in params[2:] if p.ndim == 2], use_muon=True),
-                    dict(params=params[:2] + [p for p in params[2:] if p.ndim != 2], use_muon=False)]
-    return {
+
+    def registry(name: str, *overrides: str) -> Callable[[], Optimizer]:
+        cfg = load_config([f"--optimizer={name}", "--lr_schedule=constant", "--compile=True",
+                           *overrides])
+        return lambda: build_optimizer(model, cfg, device.type)
+
+    return {name: registry(name) for name in OPTIMIZERS} | {
         "adamw-fused": lambda: torch.optim.AdamW(params, lr=6e-4, weight_decay=0.1, fused=fused_ok),
         "adamw-foreach": lambda: torch.optim.AdamW(params, lr=6e-4, weight_decay=0.1, foreach=True),
         "mars-adamw": lambda: MARS(params, weight_decay=0.1),
@@ -72,15 +79,13 @@ def make_optimizers(params: list[torch.Tensor], device: torch.device) -> dict[st
         "mars-adamw-eager": lambda: MARS(params, weight_decay=0.1, compiled=False),
         "mars-lion-eager": lambda: MARS(params, weight_decay=0.1, mars_type="mars-lion", compiled=False),
         "official-style-mars": lambda: OfficialStyleMARS(params, weight_decay=0.1),
-        "mars-shampoo": lambda: MARS(params, weight_decay=0.1, mars_type="mars-shampoo"),
-        "muon": lambda: Muon(params),
-        "mars-m": lambda: MARSM(matrix_split, wd=0.01),
-        "mars-m-efficient": lambda: MARSM(matrix_split, wd=0.01, efficient=True),
-        "moonlight": lambda: Moonlight(matrix_split, wd=0.1),
+        "mars-shampoo": registry("mars", "--mars_type=mars-shampoo"),
+        "mars-m-efficient": registry("mars-m", "--mars_m_efficient=True"),
     }
 
 
-ELEMENTWISE = "adamw-fused,adamw-foreach,mars-adamw,mars-lion,mars-adamw-eager,mars-lion-eager,official-style-mars"
+ELEMENTWISE = ("adamw-fused,adamw-foreach,mars-adamw,mars-lion,mars-adamw-eager,mars-lion-eager,official-style-mars,"
+               "lion,nadamw,ademamix,schedule-free-adamw")
 
 
 class PeakMemory:
@@ -120,8 +125,9 @@ def main() -> None:
     parser.add_argument("--n_layer", type=int, default=0, help="override the preset's layer count")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="2 layers, 3 repeats")
-    parser.add_argument("--optimizers", default=ELEMENTWISE, help="comma-separated, from: " + ", ".join(
-        make_optimizers([], torch.device("cpu"))))
+    parser.add_argument("--optimizers", default=ELEMENTWISE, help="comma-separated: a registry optimizer's name, "
+                        "or adamw-fused, adamw-foreach, mars-adamw, mars-lion, mars-adamw-eager, mars-lion-eager, "
+                        "official-style-mars, mars-shampoo, mars-m-efficient")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args()
@@ -133,12 +139,16 @@ def main() -> None:
 
     config = GPTConfig(**{**PRESETS[args.model], **({"n_layer": args.n_layer} if args.n_layer else {})})
     with torch.device(device):
-        params = [p.detach().requires_grad_() for p in GPT(config).parameters()]
+        model = GPT(config)
+    params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
     # Two gradient sets used alternately: fresh tensors each step, as with zero_grad(set_to_none=True).
     gradient_sets = [[torch.randn_like(p) * 1e-3 for p in params] for _ in range(2)]
-    factories = make_optimizers(params, device)
+    factories = make_optimizers(model, device)
     names = args.optimizers.split(",")
+    for name in names:
+        if name not in factories:
+            parser.error(f"unknown optimizer {name!r}; choose from {', '.join(factories)}")
     optimizers = {name: factories[name]() for name in names}
     memory = PeakMemory(device)
 
@@ -168,12 +178,14 @@ def main() -> None:
 
     reference = statistics.median(times["adamw-fused"]) if "adamw-fused" in times else None
     model_bytes = n_params * params[0].element_size()
-    print(f"{'optimizer':<22} {'median step':>12} {'vs fused AdamW':>15} {'peak extra memory':>24}")
+    print(f"{'optimizer':<22} {'median step':>12} {'vs fused AdamW':>15} {'peak extra memory':>24} {'state':>10}")
     for name in names:
         median = statistics.median(times[name])
         ratio = f"{median / reference:.2f}x" if reference else "-"
         extra = f"{peaks[name] / 2**20:.0f} MiB ({peaks[name] / model_bytes:.2f} model)"
-        print(f"{name:<22} {median * 1e3:>10.1f}ms {ratio:>15} {extra:>24}")
+        state = sum(v.numel() * v.element_size() for s in optimizers[name].state.values() for v in s.values()
+                    if torch.is_tensor(v) and v.numel() > 1)  # (not the 0-d step counts)
+        print(f"{name:<22} {median * 1e3:>10.1f}ms {ratio:>15} {extra:>24} {state / model_bytes:>8.2f}x")
     print_ns5_exchange([p.numel() for p in params if p.ndim == 2])
 
 

@@ -7,9 +7,13 @@ to compute them, such as `from math import pi`, is not a setting), e.g.
     n_layer = 12
     learning_rate = 6e-4
 
+A file may build on others: `include = ["gpt2_small.py", "paper_mars.py"]` applies
+those files (paths relative to it, in order) before its own assignments; the paper
+configs are composed so, a model size and an optimizer recipe.
+
 `python train.py config/x.py --key=value ...` applies the file, then the
-overrides. Unknown keys and values of the wrong type stop the run before any
-work, naming the key and the nearest valid one.
+overrides. Unknown keys, values of the wrong type and keys the chosen optimizer
+does not read stop the run before any work, naming the key and the fix.
 """
 
 import ast
@@ -215,6 +219,8 @@ def _check_values(cfg: TrainConfig) -> None:
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the schedule decays "
                           "from learning_rate down to min_lr; lower min_lr")
+    if cfg.hyperparameters is not None:
+        cfg.hyperparameters.check_loop(cfg)
     if cfg.dtype == "float16" and cfg.hyperparameters is not None and cfg.hyperparameters.second_gradient():
         # A gradient that overflows in fp16 on MARS-exact's second pass would become g_prev and turn the
         # update into NaN, and the GradScaler only skips steps whose own gradients overflow.
@@ -250,9 +256,9 @@ def _imported_names(source: str) -> set[str]:
     return imported - assigned
 
 
-def read_config_file(path: str) -> dict[str, typing.Any]:
+def read_config_file(path: str, including: tuple[str, ...] = ()) -> dict[str, typing.Any]:
     """The assignments a config file makes (its module-level names not starting with '_', and not
-    brought in by an import)."""
+    brought in by an import), after those of the files it includes."""
     try:
         with open(path) as f:
             source = f.read()
@@ -268,10 +274,21 @@ def read_config_file(path: str) -> dict[str, typing.Any]:
         raise ConfigError(f"config file {path} raised {type(e).__name__}: {e}; a config file only assigns "
                           "values (key = value)") from e
     imported = _imported_names(source)
-    return {
+    values = {
         k: v for k, v in namespace.items()
         if not k.startswith("_") and k not in imported and not isinstance(v, types.ModuleType)
     }
+    included: dict[str, typing.Any] = {}
+    if "include" in values:
+        names = values.pop("include")
+        if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+            raise ConfigError(f"config file {path}: include must be a list of config file names, got {names!r}")
+        for name in names:
+            included_path = os.path.join(os.path.dirname(path), name)
+            if os.path.abspath(included_path) in including:
+                raise ConfigError(f"config file {path} includes {name}, which includes it: remove one include")
+            included |= read_config_file(included_path, (*including, os.path.abspath(path)))
+    return included | values
 
 
 def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], base: dict[str, typing.Any] | None = None

@@ -1,34 +1,9 @@
-# GPT-2 large (774M) with Moonlight (Muon with weight decay, RMS-matched): the setting of the official
-# AGI-Arena/MARS MARS_M/config/train_gpt2_large_moonlight.py (arXiv 2510.21800). 100k steps of
-# 480 x 1024 tokens (~49B tokens); the scripts in scripts/ pick the dataset, GPU count, micro-batch
-# and token budget. Settings not assigned here are the schema's defaults (config/__init__.py):
-# warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8, eval every 1000 steps.
+# GPT-2 large (774M) with Moonlight (Muon with weight decay, RMS-matched): the official AGI-Arena/MARS
+# MARS_M/config/train_gpt2_large_moonlight.py. 100k steps of 480 x 1024 tokens (~49B tokens); the scripts
+# in scripts/ pick the dataset, GPU count, micro-batch and token budget. Settings not assigned here or in
+# the included files are the defaults (config/__init__.py, optim/): warmup 2000, grad_clip 1.0, block_size
+# 1024, eps 1e-8.
+include = ["gpt2_large.py", "paper_moonlight.py"]
 out_dir = "out/gpt2_large_moonlight"
 wandb_run_name = "gpt2-large-moonlight"
-dataset = "openwebtext"
-
-# model: GPT-2 large, without biases, attention logits of layer i also divided by i + 1 (as the official runs)
-model = "large"
-bias = False
-scale_attn_by_inverse_layer_idx = True
-
-# batch: 480 sequences of 1024 tokens per step on any number of GPUs. The official scripts sum,
-# rather than average, their 12 per-GPU micro-batches: the gradient they clip and step on is
-# 12 x the batch mean, kept here whatever the GPU count or micro-batch.
-grad_multiplier = 12.0
-micro_batch_size = 5  # sequences per GPU per micro-step: what fits an 80 GB card
-
-# schedule: linear warmup from 0, cosine decay to min_lr over the whole run (every group the same lr)
-min_lr = 1e-5
-
-# optimizer: the matrix rule on the 2-D parameters except the embeddings and the tied head, which
-# take AdamW (betas 0.9/0.95, eps before the bias corrections) with the 1-D ones, all decayed with
-# weight_decay, as the official script. momentum = beta1 (the official scripts pass it so).
-optimizer = "moonlight"
-learning_rate = 5e-3
-weight_decay = 1e-1
-beta1 = 0.95
-
-# evaluation and logging
-eval_sequences = 3000  # fixed windows; the official code averages 200 random batches of its micro-batch
-compile = True
+learning_rate = 0.005

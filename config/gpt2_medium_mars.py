@@ -1,39 +1,10 @@
-# GPT-2 medium (355M) with MARS-approx (MARS-AdamW): the paper's setting, as the official
-# AGI-Arena/MARS config/train_gpt2_medium_mars.py. 100k steps of 480 x 1024 tokens (~49B tokens);
-# the scripts in scripts/ pick the dataset, GPU count, micro-batch and token budget.
-# Settings not assigned here are the schema's defaults (config/__init__.py), which are the
-# paper's: warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8, eval every 1000 steps. README.md's
-# "Differences from the official runs" lists what still differs and why.
+# GPT-2 medium (355M) with MARS-approx (MARS-AdamW): the official AGI-Arena/MARS
+# config/train_gpt2_medium_mars.py. 100k steps of 480 x 1024 tokens (~49B tokens); the scripts in scripts/
+# pick the dataset, GPU count, micro-batch and token budget. Settings not assigned here or in the included
+# files are the defaults (config/__init__.py, optim/): warmup 2000, grad_clip 1.0, block_size 1024, eps
+# 1e-8.
+include = ["gpt2_medium.py", "paper_mars.py"]
 out_dir = "out/gpt2_medium_mars"
 wandb_run_name = "gpt2-medium-mars"
-dataset = "openwebtext"
-
-# model: GPT-2 medium, without biases, attention logits of layer i also divided by i + 1 (as the official runs)
-model = "medium"
-bias = False
-scale_attn_by_inverse_layer_idx = True
-
-# batch: 480 sequences of 1024 tokens per step on any number of GPUs. The official scripts sum,
-# rather than average, their 4 per-GPU micro-batches: the gradient they clip and step on is
-# 4 x the batch mean, kept here whatever the GPU count or micro-batch.
-grad_multiplier = 4.0
-micro_batch_size = 15  # sequences per GPU per micro-step: what fits an 80 GB card
-
-# optimizer: MARS-AdamW, approximate form (one gradient per step); AdamW on the 1-D parameters
-optimizer = "mars"
-mars_type = "mars-adamw"
-is_approx = True
-gamma = 0.025
-learning_rate = 3e-3
-weight_decay = 1e-2
-beta1 = 0.95
-beta2 = 0.99
-lr_1d = 1.5e-3
-weight_decay_1d = 0.1
-
-# weight decay on the nn.Linear weights only (not the embeddings and the tied head), as the official runs
-decay_embeddings = False
-
-# evaluation and logging
-eval_sequences = 3000  # fixed windows; the official code averages 200 random batches of its micro-batch
-compile = True
+learning_rate = 0.003
+lr_1d = 0.0015

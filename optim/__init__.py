@@ -18,14 +18,27 @@ import torch
 import torch.nn as nn
 
 import config
+from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
 from optim.adamw import AdamWHyperparameters, build_adamw
 from optim.contract import Builder, Hyperparameters, Loop
+from optim.lion import LionHyperparameters, build_lion
 from optim.mars import MARS, MARSHyperparameters, build_mars
 from optim.mars_m import MARSM, MARSMHyperparameters, build_mars_m
 from optim.moonlight import Moonlight, MoonlightHyperparameters, build_moonlight
 from optim.muon import Muon, MuonHyperparameters, build_muon
+from optim.nadamw import NAdamWHyperparameters, build_nadamw
+from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
 
 __all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", "build_optimizer", "load_config"]
+
+
+@dataclass(frozen=True)
+class MiniRecipe:
+    """A run of the CPU mini reproduction: its arguments after config/mini.py, and the learning rates
+    scripts/mini_sweep.sh tries (its config's rate comes from that sweep)."""
+
+    args: str
+    learning_rates: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -33,20 +46,36 @@ class OptimizerSpec:
     name: str  # the value of the config key `optimizer`
     hyperparameters: type[Hyperparameters]
     build: Builder
-    mini_recipes: dict[str, str] = field(default_factory=dict)  # name -> arguments after config/mini.py
+    mini_recipes: dict[str, MiniRecipe] = field(default_factory=dict)
 
 
 OPTIMIZERS: dict[str, OptimizerSpec] = {
     spec.name: spec
     for spec in (
-        OptimizerSpec("adamw", AdamWHyperparameters, build_adamw, {"adamw": "config/mini_adamw.py"}),
-        # MARS-exact first: it is the longest, so parallel runs finish together.
-        OptimizerSpec("mars", MARSHyperparameters, build_mars,
-                      {"mars_exact": "config/mini_mars.py --is_approx=False",
-                       "mars_approx": "config/mini_mars.py --is_approx=True"}),
-        OptimizerSpec("muon", MuonHyperparameters, build_muon, {"muon": "config/mini_muon.py"}),
-        OptimizerSpec("mars-m", MARSMHyperparameters, build_mars_m, {"mars_m": "config/mini_mars_m.py"}),
-        OptimizerSpec("moonlight", MoonlightHyperparameters, build_moonlight, {"moonlight": "config/mini_moonlight.py"}),
+        OptimizerSpec("adamw", AdamWHyperparameters, build_adamw,
+                      {"adamw": MiniRecipe("config/mini_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3))}),
+        # MARS-exact first: it is the longest, so parallel runs finish together (four rates: twice the
+        # compute per step).
+        OptimizerSpec("mars", MARSHyperparameters, build_mars, {
+            "mars_exact": MiniRecipe("config/mini_mars.py --is_approx=False", (1.5e-3, 3e-3, 6e-3, 1.2e-2)),
+            "mars_approx": MiniRecipe("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2)),
+        }),
+        OptimizerSpec("muon", MuonHyperparameters, build_muon,
+                      {"muon": MiniRecipe("config/mini_muon.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2))}),
+        OptimizerSpec("mars-m", MARSMHyperparameters, build_mars_m,
+                      {"mars_m": MiniRecipe("config/mini_mars_m.py", (3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2))}),
+        OptimizerSpec("moonlight", MoonlightHyperparameters, build_moonlight,
+                      {"moonlight": MiniRecipe("config/mini_moonlight.py", (3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2))}),
+        # the baselines of the 2025 optimizer benchmarks (Wen et al.; Semenov et al.)
+        OptimizerSpec("lion", LionHyperparameters, build_lion,
+                      {"lion": MiniRecipe("config/mini_lion.py", (1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3))}),
+        OptimizerSpec("nadamw", NAdamWHyperparameters, build_nadamw,
+                      {"nadamw": MiniRecipe("config/mini_nadamw.py", (1e-3, 2e-3, 4e-3, 8e-3))}),
+        OptimizerSpec("ademamix", AdEMAMixHyperparameters, build_ademamix,
+                      {"ademamix": MiniRecipe("config/mini_ademamix.py", (1e-3, 2e-3, 4e-3, 8e-3))}),
+        OptimizerSpec("schedule-free-adamw", ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw,
+                      {"schedule_free_adamw": MiniRecipe("config/mini_schedule_free_adamw.py",
+                                                         (2e-3, 4e-3, 8e-3, 1.6e-2))}),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}
@@ -59,7 +88,8 @@ def load_config(argv: list[str], base: dict[str, Any] | None = None) -> config.T
 
 def build_optimizer(model: nn.Module, cfg: config.TrainConfig, device_type: str) -> torch.optim.Optimizer:
     """The optimizer named by cfg.optimizer, each param group's base_lr set to its initial lr."""
-    loop = Loop(learning_rate=cfg.learning_rate, compiled=cfg.compile, device_type=device_type)
+    loop = Loop(learning_rate=cfg.learning_rate, compiled=cfg.compile, device_type=device_type,
+                total_iters=cfg.total_iters())
     optimizer = OPTIMIZERS[cfg.optimizer].build(model, cfg.hyperparameters, loop)
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]
@@ -83,6 +113,6 @@ def gradients_per_step(cfg: dict) -> int:
     return hyperparameters_of(cfg).gradients_per_step()
 
 
-def mini_recipes() -> dict[str, str]:
-    """Every optimizer's CPU mini-reproduction recipes: name -> arguments after config/mini.py."""
-    return {name: args for spec in OPTIMIZERS.values() for name, args in spec.mini_recipes.items()}
+def mini_recipes() -> dict[str, MiniRecipe]:
+    """Every optimizer's CPU mini-reproduction recipes by name."""
+    return {name: recipe for spec in OPTIMIZERS.values() for name, recipe in spec.mini_recipes.items()}

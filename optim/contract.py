@@ -13,7 +13,9 @@ checks them with isinstance, never by looking for attributes:
     step t+1, given with stash_grad_for_next_step() (MARS-exact, MARS-M-exact);
   - VarianceReduction: variance_reduction_stats() of the gradients a step is about to use;
   - EvaluationWeights: the weights to evaluate and save differ from those gradients are taken at
-    (Schedule-Free): eval_weights() swaps to them, train_weights() back.
+    (Schedule-Free): eval_weights() swaps to them, train_weights() back;
+  - GroupState: it keeps run state (step counts, averages) in its param groups, which a resume
+    restores from the checkpoint (the groups' hyperparameters come from the config).
 Every param group carries "base_lr"; the schedule sets lr = base_lr * its multiplier.
 """
 
@@ -65,13 +67,16 @@ class Hyperparameters:
             too_low = low is not None and not (value > low if meta["low_open"] else value >= low)
             too_high = high is not None and not (value < high if meta["high_open"] else value <= high)
             if too_low or too_high or (isinstance(value, float) and not math.isfinite(value)):
-                bounds = (f"{'(' if meta['low_open'] else '['}{low if low is not None else '-inf'}, "
-                          f"{high if high is not None else 'inf'}{')' if meta['high_open'] else ']'}")
+                bounds = (f"{'(' if meta['low_open'] else '['}{-math.inf if low is None else low:g}, "
+                          f"{math.inf if high is None else high:g}{')' if meta['high_open'] else ']'}")
                 raise ConfigError(f"config key '{f.name}' must be in {bounds}, got {value}")
 
     def display_name(self) -> str:
         """How reports name a run of this optimizer."""
         raise NotImplementedError
+
+    def check_loop(self, cfg: Any) -> None:
+        """Refuse loop settings (a TrainConfig) this optimizer cannot run with, naming the fix."""
 
     def second_gradient(self) -> bool:
         """Whether each step also takes the gradient at the current weights on the next batch."""
@@ -92,6 +97,7 @@ class Loop:
     learning_rate: float  # the main group's peak lr (the schedule's)
     compiled: bool  # run element-wise rules as torch.compile'd kernels
     device_type: str
+    total_iters: int  # the run's length in optimizer steps
 
 
 class SecondGradient(abc.ABC):
@@ -118,6 +124,12 @@ class EvaluationWeights(abc.ABC):
     @abc.abstractmethod
     def train_weights(self) -> None:
         """Put back the weights gradients are taken at."""
+
+
+class GroupState:
+    """An optimizer that keeps run state in its param groups, under these keys."""
+
+    group_state_keys: ClassVar[tuple[str, ...]]
 
 
 @contextmanager

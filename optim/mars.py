@@ -50,20 +50,19 @@ step t-1 (zero at the first step).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-from torch.optim import Optimizer
 
 from optim.adamw import AdamWHyperparameters, SideAdamW
 from optim.contract import Loop, SecondGradient, VarianceReduction, setting
 from optim.diagnostics import variance_reduction_stats
 from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
 from optim.rules import (
-    MARS_ADAMW, MARS_LION, adam_state, adam_step_scalars, adamw_update, decoupled_step_, mars_momentum_,
-    scalar_tensor,
+    MARS_ADAMW, MARS_LION, GroupwiseOptimizer, adam_state, adam_step_scalars, adamw_update, decoupled_step_,
+    mars_momentum_, scalar_tensor,
 )
 from optim.routing import Route, routed_params, routing
 
@@ -94,7 +93,10 @@ class KeptGradients(SecondGradient, VarianceReduction):
     on the next step's batch). For an Optimizer with `is_approx`, `uses_mars_rule(p, group)` and
     `correction_coefficient(group)`; shared by MARS and MARS-M."""
 
-    def _check_stashed(self) -> None:
+    def before_step(self) -> None:
+        """MARS-exact: every step needs the stash (stash_grad_for_next_step) taken before it."""
+        if self.is_approx:
+            return
         stashed = [
             "stashed_grad" in self.state[p]
             for group in self.param_groups for p in group["params"]
@@ -164,7 +166,7 @@ class KeptGradients(SecondGradient, VarianceReduction):
         super().zero_grad(set_to_none)
 
 
-class MARS(KeptGradients, Optimizer):
+class MARS(KeptGradients, GroupwiseOptimizer):
     def __init__(
         self, params: Iterable, lr: float = 3e-3, betas: tuple[float, float] = (0.95, 0.99), eps: float = 1e-8,
         weight_decay: float = 0.0, amsgrad: bool = False, gamma: float = 0.025, is_approx: bool = True,
@@ -203,26 +205,16 @@ class MARS(KeptGradients, Optimizer):
         """k in c = g + k (g - g_prev)."""
         return group["gamma"] * group["betas"][0] / (1.0 - group["betas"][0])
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        if not self.is_approx:
-            self._check_stashed()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            mars_params = [p for p in params if self.uses_mars_rule(p, group)]
-            adamw_params = [p for p in params if not self.uses_mars_rule(p, group)]
-            if mars_params:
-                self._mars_update(group, mars_params)
-            if adamw_params:
-                adamw_update(
-                    self.state, adamw_params, group["lr"] * self.lr_1d_factor, group["betas_1d"], group["eps"],
-                    group["weight_decay_1d"], group["amsgrad"], self.compiled,
-                )
-        return loss
+    def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
+        mars_params = [p for p in params if self.uses_mars_rule(p, group)]
+        adamw_params = [p for p in params if not self.uses_mars_rule(p, group)]
+        if mars_params:
+            self._mars_update(group, mars_params)
+        if adamw_params:
+            adamw_update(
+                self.state, adamw_params, group["lr"] * self.lr_1d_factor, group["betas_1d"], group["eps"],
+                group["weight_decay_1d"], group["amsgrad"], self.compiled,
+            )
 
     def _mars_update(self, group: dict, params: list[torch.Tensor]) -> None:
         beta1, beta2 = group["betas"]

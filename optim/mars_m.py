@@ -62,7 +62,7 @@ Where we fix its defects:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -135,11 +135,6 @@ class MARSM(KeptGradients, Moonlight):
     def correction_coefficient(group: dict) -> float:
         """k in c = g + k (g - g_prev)."""
         return group["gamma"] * group["momentum"] / (1.0 - group["momentum"])
-
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        if not self.is_approx:  # before any update (with a closure, of the gradients before it runs)
-            self._check_stashed()
-        return super().step(closure)
 
     def _muon_update(self, group: dict, params: list[torch.Tensor]) -> None:
         grads = [p.grad for p in params]

@@ -20,18 +20,17 @@ state_dict is a complete checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-from torch.optim import Optimizer
 
 from optim.adamw import SideAdamW
 from optim.contract import Loop, beta, setting
 from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
 from optim.routing import Route, routed_params, routing
-from optim.rules import ADAMW_VARIANTS, adamw_update, decoupled_step_
+from optim.rules import ADAMW_VARIANTS, GroupwiseOptimizer, adamw_update, decoupled_step_
 
 NS5_EPS = 1e-7  # the official Muon's; MARS-Shampoo uses the optimizer's eps
 
@@ -54,7 +53,7 @@ class MuonHyperparameters(SideAdamW):
         return "Muon"
 
 
-class Muon(Optimizer):
+class Muon(GroupwiseOptimizer):
     def __init__(
         self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
         weight_decay: float = 0.0, ns_steps: int = 5, adamw_lr: float = 3e-3,
@@ -90,22 +89,12 @@ class Muon(Optimizer):
             raise ValueError("Muon orthogonalises 2-D matrices only; put other parameters in a use_muon=False group")
         super().add_param_group(param_group)
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            if group["use_muon"]:
-                self._muon_update(group, params)
-            else:
-                adamw_update(self.state, params, group["lr"], group["betas"], group["eps"], group["weight_decay"],
-                             amsgrad=False, compiled=self.compiled, variant=self.adamw_variant)
-        return loss
+    def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
+        if group["use_muon"]:
+            self._muon_update(group, params)
+        else:
+            adamw_update(self.state, params, group["lr"], group["betas"], group["eps"], group["weight_decay"],
+                         amsgrad=False, compiled=self.compiled, variant=self.adamw_variant)
 
     def _muon_update(self, group: dict, params: list[torch.Tensor]) -> None:
         grads = [p.grad for p in params]

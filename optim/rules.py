@@ -21,11 +21,36 @@ import warnings
 from collections.abc import Callable
 
 import torch
+from torch.optim import Optimizer
 
 Tensors = list[torch.Tensor]
 
 
 # ----------------------------------------------------------------------------- building blocks
+
+
+class GroupwiseOptimizer(Optimizer):
+    """An optimizer whose step updates, group by group, the parameters that have a gradient, as lists
+    (update_group), after an optional check (before_step)."""
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.before_step()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                self.update_group(group, params)
+        return loss
+
+    def before_step(self) -> None:
+        pass
+
+    def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
+        raise NotImplementedError
 
 
 def per_tensor_norms(tensors: Tensors) -> Tensors:

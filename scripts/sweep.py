@@ -355,6 +355,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("base", nargs="*", help="config files and --key=value overrides for every run")
     parser.add_argument("--recipe", action="append", default=[], help="NAME=ARGS (repeatable)")
     parser.add_argument("--recipes", choices=["mini"], help="the mini reproduction's recipes from the registry")
+    parser.add_argument("--mini-grid", action="store_true",
+                        help="with --recipes mini: each recipe's learning rates from the registry, as a grid")
     parser.add_argument("--grid", action="append", default=[], help="key=v1,v2,... (repeatable): every combination")
     parser.add_argument("--coordinate", action="append", default=[], help="key=v1,v2,... (repeatable)")
     parser.add_argument("--rounds", type=at_least(1), default=2, help="coordinate search: passes over the keys")
@@ -383,7 +385,10 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
     if args.recipes == "mini":
         from optim import mini_recipes
 
-        recipes |= {name: value.split() for name, value in mini_recipes().items()}
+        recipes |= {name: recipe.args.split() for name, recipe in mini_recipes().items()}
+        if args.mini_grid:
+            args.grid += [f"{name}:learning_rate={','.join(f'{lr:g}' for lr in recipe.learning_rates)}"
+                          for name, recipe in mini_recipes().items()]
     recipes = recipes or {"run": []}
     base, gpus = args.base + overrides, [g for g in args.gpus.split(",") if g]
     for arg in base + [arg for recipe_args in recipes.values() for arg in recipe_args]:

@@ -3,17 +3,18 @@ meta device), hyperparameters (the issue's list, checked against the official AG
 and a global batch of 480 x 1024 tokens on 1 to 32 GPUs with its default micro-batch."""
 
 import glob
+import json
 import os
 
 import pytest
 import torch
 
 from conftest import REPO
-from config import read_config_file
-from optim import load_config
+from config import ConfigError, read_config_file
 from model import GPT, GPTConfig
-from optim import mini_recipes
+from optim import load_config, mini_recipes
 
+RESOLVED = REPO / "tests" / "data" / "paper_configs_resolved.json"
 CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py")) if not p.endswith("__init__.py"))
 
 # size: (GPT-2's published parameter count, min_lr, AdamW lr, Muon lr, Muon's AdamW lr, MARS lr, MARS lr_1d)
@@ -45,11 +46,14 @@ def test_every_config_file_loads_and_validates(path):
         assert cfg.to_dict()[key] == value
 
 
-@pytest.mark.parametrize("recipe, arguments", mini_recipes().items())
+@pytest.mark.parametrize("recipe, arguments", [(name, r.args) for name, r in mini_recipes().items()])
 def test_mini_recipes_apply_after_the_mini_setting(recipe, arguments):
     cfg = load_config([str(REPO / "config" / "mini.py")] + arguments.split())
     assert (cfg.dataset, cfg.tokenizer, cfg.vocab_size, cfg.device, cfg.n_layer) == ("stdlib_bytes", "bytes", 264, "cpu", 4)
     assert cfg.optimizer == {"mars_exact": "mars", "mars_approx": "mars"}.get(recipe, recipe.replace("_", "-"))
+    # its sweep's learning rates bracket the rate the config chose
+    rates = mini_recipes()[recipe].learning_rates
+    assert min(rates) < cfg.learning_rate < max(rates)
 
 
 @pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)
@@ -99,3 +103,19 @@ def test_global_batch_is_480_sequences_on_any_gpu_count(size, optimizer, world_s
     cfg = load_config([paper_config_path(size, optimizer)])
     accumulation = cfg.grad_accum_steps(world_size)  # raises if it does not divide
     assert accumulation * cfg.micro_batch_size * world_size == 480
+
+
+@pytest.mark.parametrize("name", sorted(json.loads(RESOLVED.read_text())))
+def test_composed_paper_configs_resolve_as_before(name):
+    """Each paper config is now a model size (config/gpt2_<size>.py) plus an optimizer recipe
+    (config/paper_<optimizer>.py) plus its learning rates; every resolved value equals that of the
+    self-contained file it replaced (frozen in tests/data/paper_configs_resolved.json)."""
+    before = json.loads(RESOLVED.read_text())[name]
+    assert load_config([str(REPO / "config" / name)]).to_dict() == before
+
+
+def test_an_include_cycle_is_a_named_error(tmp_path):
+    (tmp_path / "a.py").write_text('include = ["b.py"]\nlearning_rate = 1e-3\n')
+    (tmp_path / "b.py").write_text('include = ["a.py"]\n')
+    with pytest.raises(ConfigError, match="includes a.py, which includes it"):
+        load_config([str(tmp_path / "a.py")])

@@ -218,3 +218,15 @@ def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
     check_ok(report)
     assert "## Downstream tasks" in report.stdout
     assert f"| {100 * accuracy:.2f} | - | - | - | - | - | {100 * accuracy:.2f} |" in report.stdout
+
+
+def test_run_sh_launches_any_config_by_name(tiny_dataset, tmp_path):
+    """A baseline needs no script of its own: scripts/run.sh <config name> (here Schedule-Free AdamW, whose
+    recipe replaces the schedule)."""
+    proc = run_script("run.sh", tmp_path, tiny_dataset, "gpt2_small_schedule_free_adamw")
+    check_ok(proc)
+    info, rows = read_run(os.path.join(dry_run_root(tmp_path), "gpt2_small_schedule_free_adamw"))
+    assert (info["config"]["optimizer"], info["config"]["lr_schedule"]) == ("schedule-free-adamw", "constant")
+    assert [r["step"] for r in rows if r["type"] == "val"] == [0, 2]
+    proc = run_script("run.sh", tmp_path, tiny_dataset, "gpt2_small_sgd")
+    assert proc.returncode == 2 and "give a config's name, one of: " in proc.stderr and "gpt2_small_lion" in proc.stderr

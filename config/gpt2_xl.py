@@ -1,0 +1,21 @@
+# GPT-2 xl (1.5B): the settings every paper run of this size shares (config/gpt2_xl_<optimizer>.py
+# includes this file, then its optimizer's config/paper_<optimizer>.py).
+dataset = "openwebtext"
+
+# model: GPT-2 xl, without biases, attention logits of layer i also divided by i + 1 (as the official runs)
+model = "xl"
+bias = False
+scale_attn_by_inverse_layer_idx = True
+
+# batch: 480 sequences of 1024 tokens per step on any number of GPUs. The official scripts sum,
+# rather than average, their 12 per-GPU micro-batches: the gradient they clip and step on is
+# 12 x the batch mean, kept here whatever the GPU count or micro-batch.
+grad_multiplier = 12.0
+micro_batch_size = 5  # sequences per GPU per micro-step: what fits an 80 GB card
+
+# schedule: cosine decay to min_lr over the whole run (Muon's recipe sets its own)
+min_lr = 1e-5
+
+# evaluation and logging
+eval_sequences = 3000  # fixed windows; the official code averages 200 random batches of its micro-batch
+compile = True

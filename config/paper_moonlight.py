@@ -1,0 +1,10 @@
+# The Moonlight recipe (the MARS-M paper's baseline, arXiv 2510.21800), every GPT-2 size, as the
+# official AGI-Arena/MARS MARS_M/config/train_gpt2_*_moonlight.py. config/gpt2_<size>_moonlight.py
+# includes it and sets the learning rate (and the schedule's floor).
+
+# optimizer: the matrix rule on the 2-D parameters except the embeddings and the tied head, which
+# take AdamW (betas 0.9/0.95, eps before the bias corrections) with the 1-D ones, all decayed with
+# weight_decay, as the official script. momentum = beta1 (the official scripts pass it so).
+optimizer = "moonlight"
+weight_decay = 1e-1
+beta1 = 0.95

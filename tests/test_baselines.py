@@ -1,0 +1,260 @@
+"""
+The baselines (Lion, NAdamW, AdEMAMix, Schedule-Free AdamW) against float64 restatements of their
+authors' reference implementations, on a tiny GPT built through the registry (so the routing table's
+decay groups are part of what is checked): google/automl lion/lion_pytorch.py, torch's NAdam as its
+documentation states the algorithm (Dozat's momentum schedule, decoupled weight decay),
+apple/ml-ademamix pytorch/ademamix.py, and facebookresearch/schedule_free's AdamWScheduleFree (the
+`schedulefree` package we depend on, checked against its algorithm restated here). Each float32
+trajectory must land on the float64 one to float32 rounding; and the registry's contract (the
+capabilities each optimizer declares) is checked for every entry.
+"""
+
+import io
+import math
+
+import pytest
+import torch
+
+from checkpoint import restore_training_state
+from model import GPT, GPTConfig
+from optim import HYPERPARAMETERS, OPTIMIZERS, build_optimizer
+from optim.contract import (
+    EvaluationWeights, SecondGradient, VarianceReduction, evaluation_weights, needs_second_gradient,
+)
+from conftest import run_train, tiny_run_args
+from test_optim import TINY, tiny_config
+from test_train import load_weights, read_metrics
+
+STEPS = 8
+
+
+def lion_reference(p, g, state, lr, wd, hp):
+    b1, b2 = hp["beta1"], hp["beta2"]
+    m = state.setdefault("m", torch.zeros_like(p))
+    p.mul_(1 - lr * wd)
+    p.sub_(lr * torch.sign(m * b1 + g * (1 - b1)))
+    state["m"] = m * b2 + g * (1 - b2)
+
+
+def nadamw_reference(p, g, state, lr, wd, hp):
+    b1, b2, psi, eps = hp["beta1"], hp["beta2"], hp["momentum_decay"], hp["eps"]
+    t = state["t"] = state.get("t", 0) + 1
+    m, v = state.setdefault("m", torch.zeros_like(p)), state.setdefault("v", torch.zeros_like(p))
+    p.mul_(1 - lr * wd)
+    mu, mu_next = b1 * (1 - 0.5 * 0.96 ** (t * psi)), b1 * (1 - 0.5 * 0.96 ** ((t + 1) * psi))
+    product = state["mu_product"] = state.get("mu_product", 1.0) * mu
+    m.mul_(b1).add_(g * (1 - b1))
+    v.mul_(b2).add_(g * g * (1 - b2))
+    denom = (v / (1 - b2**t)).sqrt() + eps
+    p.sub_(lr * (1 - mu) / (1 - product) * g / denom + lr * mu_next / (1 - product * mu_next) * m / denom)
+
+
+def ademamix_reference(p, g, state, lr, wd, hp):
+    b1, b2, b3_final, eps = hp["beta1"], hp["beta2"], hp["beta3"], hp["eps"]
+    t = state["t"] = state.get("t", 0) + 1
+    warm = hp["warmup"]
+    alpha = hp["alpha"] * t / warm if t < warm else hp["alpha"]
+
+    def half_life(b):
+        return math.log(0.5) / math.log(b + 1e-8) - 1
+
+    b3 = 0.5 ** (1 / ((1 - t / warm) * half_life(b1) + t / warm * half_life(b3_final) + 1)) if t < warm else b3_final
+    m1, m2, v = (state.setdefault(k, torch.zeros_like(p)) for k in ("m1", "m2", "v"))
+    m1.mul_(b1).add_(g * (1 - b1))
+    m2.mul_(b3).add_(g * (1 - b3))
+    v.mul_(b2).add_(g * g * (1 - b2))
+    update = (m1 / (1 - b1**t) + alpha * m2) / (v.sqrt() / math.sqrt(1 - b2**t) + eps)
+    p.sub_(lr * (update + wd * p))
+
+
+def schedule_free_reference(p, g, state, lr, wd, hp, group_state):
+    """One parameter's step; group_state holds the group's k, lr_max and weight_sum (advanced once per
+    group and step by the caller, before its parameters)."""
+    b1, b2, eps = hp["beta1"], hp["beta2"], hp["eps"]
+    k, ckp1, scheduled_lr = group_state["k"] - 1, group_state["ckp1"], group_state["lr"]
+    z, v = state.setdefault("z", p.clone()), state.setdefault("v", torch.zeros_like(p))
+    v.mul_(b2).add_(g * g * (1 - b2))
+    normalized = g / ((v / (1 - b2 ** (k + 1))).sqrt() + eps) + wd * p
+    p.lerp_(z, ckp1)
+    p.add_(scheduled_lr * (b1 * (1 - ckp1) - 1) * normalized)
+    z.sub_(scheduled_lr * normalized)
+
+
+def advance_schedule_free_group(group_state, lr, hp):
+    k = group_state.setdefault("k", 0)
+    warmup = hp["sf_warmup_steps"]
+    scheduled = lr * ((k + 1) / warmup if k < warmup else 1.0)
+    group_state["lr_max"] = max(scheduled, group_state.get("lr_max", -1.0))
+    weight = (k + 1) ** hp["sf_r"] * group_state["lr_max"] ** hp["sf_weight_lr_power"]
+    group_state["weight_sum"] = group_state.get("weight_sum", 0.0) + weight
+    group_state.update(ckp1=weight / group_state["weight_sum"], lr=scheduled, k=k + 1)
+
+
+BASELINES = {  # name: (config overrides, reference step, whether the schedule multiplies lr)
+    "lion": (dict(learning_rate=3e-3, weight_decay=0.5, beta1=0.9, beta2=0.99), lion_reference, True),
+    "nadamw": (dict(learning_rate=1e-2, weight_decay=0.1, beta1=0.9, beta2=0.95), nadamw_reference, True),
+    "ademamix": (dict(learning_rate=1e-2, weight_decay=0.1, alpha_warmup=5, beta3_warmup=5, beta3=0.999),
+                 ademamix_reference, True),
+    "schedule-free-adamw": (dict(learning_rate=1e-2, weight_decay=0.1, beta2=0.95, sf_warmup_steps=3,
+                                 lr_schedule="constant", warmup_iters=0), None, False),
+}
+
+
+def lr_multiplier(step: int) -> float:
+    return 0.5 + 0.5 * math.cos(step / 5)
+
+
+def gradients(model, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.3 / p.numel() ** 0.5
+            for p in model.parameters()]
+
+
+@pytest.mark.parametrize("name", list(BASELINES))
+def test_baseline_matches_its_authors_reference(name):
+    overrides, reference_step, scheduled = BASELINES[name]
+    cfg = tiny_config(optimizer=name, decay_embeddings=False, **overrides)
+    hp = cfg.hyperparameters.to_dict() | {"warmup": overrides.get("alpha_warmup", 0)}
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    reference = [p.detach().double().clone() for p in model.parameters()]
+    optimizer = build_optimizer(model, cfg, "cpu")
+    # the routing: decay for the blocks' matrices only (decay_embeddings=False), as the official runs
+    decays = [p.ndim == 2 and ".wte." not in n and ".wpe." not in n for n, p in model.named_parameters()]
+    states = [{} for _ in reference]
+    group_states = {True: {}, False: {}}
+    for step in range(STEPS):
+        multiplier = lr_multiplier(step) if scheduled else 1.0
+        for group in optimizer.param_groups:
+            group["lr"] = group["base_lr"] * multiplier
+        grads = gradients(model, seed=step)
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.float()
+        optimizer.step()
+        optimizer.zero_grad()
+        lr = cfg.learning_rate * multiplier
+        if name == "schedule-free-adamw":
+            for decay in (True, False):
+                advance_schedule_free_group(group_states[decay], lr, hp)
+        for p, g, state, decay in zip(reference, grads, states, decays):
+            wd = hp["weight_decay"] if decay else 0.0
+            if name == "schedule-free-adamw":
+                schedule_free_reference(p, g, state, lr, wd, hp, group_states[decay])
+            else:
+                reference_step(p, g, state, lr, wd, hp)
+    if name == "schedule-free-adamw":  # what is evaluated and saved: x, from y and z
+        optimizer.eval_weights()
+        for p, state in zip(reference, states):
+            p.lerp_(state["z"], 1 - 1 / hp["beta1"])
+    for (n, p), expected in zip(model.named_parameters(), reference):
+        error = ((p.detach().double() - expected).norm() / expected.norm()).item()
+        assert error < 2e-6, f"{name}: {n} relative error {error:.1e}"
+
+
+def test_the_reference_would_see_a_coupled_weight_decay():
+    """Negative control: NAdam with torch's default (L2, coupled) weight decay lands elsewhere."""
+    cfg = tiny_config(optimizer="nadamw", decay_embeddings=False, **BASELINES["nadamw"][0])
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    reference = [p.detach().double().clone() for p in model.parameters()]
+    optimizer = build_optimizer(model, cfg, "cpu")
+    for group in optimizer.param_groups:
+        group["decoupled_weight_decay"] = False
+    hp = cfg.hyperparameters.to_dict()
+    states = [{} for _ in reference]
+    for step in range(STEPS):
+        grads = gradients(model, seed=step)
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.float()
+        optimizer.step()
+        optimizer.zero_grad()
+        for p, g, state, (n, q) in zip(reference, grads, states, model.named_parameters()):
+            decay = q.ndim == 2 and ".wte." not in n and ".wpe." not in n
+            nadamw_reference(p, g, state, cfg.learning_rate, hp["weight_decay"] if decay else 0.0, hp)
+    errors = [((p.detach().double() - e).norm() / e.norm()).item() for p, e in zip(model.parameters(), reference)]
+    assert max(errors) > 1e-4
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_every_optimizer_declares_what_the_loop_asks_of_it(name):
+    """The contract: the capabilities are declared by type, and the registry's passes per step follow
+    from the hyperparameters as the built optimizer's capability does."""
+    model = GPT(GPTConfig(**TINY))
+    overrides = dict(lr_schedule="constant") if name == "schedule-free-adamw" else {}
+    for second in ([False, True] if "is_approx" in HYPERPARAMETERS[name].__dataclass_fields__ else [False]):
+        extra = dict(is_approx=not second) if second or "is_approx" in HYPERPARAMETERS[name].__dataclass_fields__ else {}
+        cfg = tiny_config(optimizer=name, **overrides, **extra)
+        optimizer = build_optimizer(model, cfg, "cpu")
+        assert needs_second_gradient(optimizer) == cfg.hyperparameters.second_gradient() == second
+        assert cfg.hyperparameters.gradients_per_step() == (2 if second else 1)
+        assert isinstance(optimizer, SecondGradient) == isinstance(optimizer, VarianceReduction) == (
+            name in ("mars", "mars-m"))
+        assert isinstance(optimizer, EvaluationWeights) == (name == "schedule-free-adamw")
+        assert cfg.hyperparameters.display_name()
+
+
+def test_schedule_free_evaluates_saves_and_resumes_its_averaged_weights(tiny_dataset, tmp_path):
+    """Through train.py: the loop evaluates and saves x (eval_only on the checkpoint scores what the run
+    logged), and a run stopped at step 6 and resumed (y restored from x and z) continues the
+    uninterrupted one, to float32 rounding."""
+    sf = dict(optimizer="schedule-free-adamw", lr_schedule="constant", warmup_iters=0, min_lr=0.0,
+              sf_warmup_steps=3, learning_rate=1e-2, weight_decay=0.1)
+    whole, halves = str(tmp_path / "whole"), str(tmp_path / "halves")
+    run_train(tiny_run_args(tiny_dataset, whole, **sf))
+    run_train(tiny_run_args(tiny_dataset, halves, **sf, max_iters=6))
+    run_train(tiny_run_args(tiny_dataset, halves, **sf, init_from="resume"))
+    logged = read_metrics(whole, "val")[-1]["val_loss"]
+    scored = run_train(tiny_run_args(tiny_dataset, whole, **sf, eval_only=True)).stdout
+    assert f"val loss {logged:.4f}" in scored
+    for name, weight in load_weights(whole).items():
+        resumed = load_weights(halves)[name]
+        assert torch.allclose(resumed, weight, rtol=1e-5, atol=1e-6), name
+    assert [r["loss"] for r in read_metrics(halves, "train")] == pytest.approx(
+        [r["loss"] for r in read_metrics(whole, "train")], rel=1e-5)
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_every_optimizer_resumes_from_its_checkpointed_state(name):
+    """Saved as the loop saves (inside evaluation_weights) and restored as resume restores
+    (checkpoint.restore_training_state, then train_weights), three more steps land where not stopping
+    does: the moments and the run state kept in param groups (step counts, averages) come back."""
+    overrides = dict(lr_schedule="constant") if name == "schedule-free-adamw" else {}
+    cfg = tiny_config(optimizer=name, learning_rate=1e-2, **overrides)
+
+    def step(model, optimizer, seed):
+        for group in optimizer.param_groups:
+            group["lr"] = group["base_lr"] * lr_multiplier(seed)
+        if needs_second_gradient(optimizer):
+            for p, g in zip(model.parameters(), gradients(model, seed + 100)):
+                p.grad = g.float()
+            optimizer.stash_grad_for_next_step()
+            optimizer.zero_grad()
+        for p, g in zip(model.parameters(), gradients(model, seed)):
+            p.grad = g.float()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    optimizer = build_optimizer(model, cfg, "cpu")
+    for seed in range(3):
+        step(model, optimizer, seed)
+    buffer = io.BytesIO()
+    with evaluation_weights(optimizer):
+        torch.save(dict(model=model.state_dict(), optimizer=optimizer.state_dict(), scaler={}, step=3,
+                        best_val_loss=0.0), buffer)
+    for seed in range(3, 6):
+        step(model, optimizer, seed)
+
+    torch.manual_seed(1)  # other initial weights: everything must come from the checkpoint
+    resumed = GPT(GPTConfig(**TINY))
+    resumed_optimizer = build_optimizer(resumed, cfg, "cpu")
+    buffer.seek(0)
+    restore_training_state(torch.load(buffer, weights_only=True), resumed, resumed_optimizer,
+                           torch.amp.GradScaler("cpu", enabled=False))
+    if isinstance(resumed_optimizer, EvaluationWeights):
+        resumed_optimizer.train_weights()
+    for seed in range(3, 6):
+        step(resumed, resumed_optimizer, seed)
+    for (n, p), q in zip(model.named_parameters(), resumed.parameters()):
+        assert torch.allclose(p, q, rtol=1e-6, atol=1e-7), f"{name}: {n}"
