@@ -7,9 +7,9 @@ Every optimizer of LADDER runs the same token budget (config/ladder.py: 4.19M to
 SIZES (4K, 16K and 64K tokens per step: 1,024, 256 and 64 steps), warmup and evaluation at the same
 tokens. Its learning rate is tuned per size with scripts/sweep.py (one seed, a factor-2 grid that
 grows by one value past an edge until the best rate is interior), then the best rate runs seeds 2 and
-3. MARS-exact also runs at half the budget ("mars_exact_half"): equal forward-backward passes with the
-others. Runs in <folder>/<optimizer>@<size>/learning_rate=<lr>/seed<N>/; rerunning resumes what is not
-done. The figure, the Welch table and the diagnostics against batch size: scripts/ladder_report.py.
+3. MARS-exact takes two forward-backward passes per step: the report also reads it at the passes the
+others spend (report.py --x passes). Runs in <folder>/<optimizer>@<size>/learning_rate=<lr>/seed<N>/;
+rerunning resumes what is not done.
 """
 
 import argparse
@@ -21,15 +21,12 @@ from scripts import sweep
 
 SIZES = {"4K": 4096, "16K": 16384, "64K": 65536}
 BASE = ["config/mini.py", "config/ladder.py"]
-# optimizer -> (its recipe after BASE, learning rates tried first at 4K (each 4x in batch doubles them),
-# its share of the token budget)
+# optimizer -> (its recipe after BASE, learning rates tried first at 4K; each 4x in batch doubles them)
 LADDER = {
-    "adamw": ("config/mini_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3), 1.0),
-    "mars_approx": ("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2), 1.0),
-    "mars_exact": ("config/mini_mars.py --is_approx=False", (1.5e-3, 3e-3, 6e-3, 1.2e-2), 1.0),
-    "muon": ("config/mini_muon.py", (1e-2, 2e-2, 4e-2, 8e-2), 1.0),
-    # MARS-exact at the forward-backward passes of the others: two per step, half the tokens
-    "mars_exact_half": ("config/mini_mars.py --is_approx=False", (1.5e-3, 3e-3, 6e-3, 1.2e-2), 0.5),
+    "adamw": ("config/mini_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3)),
+    "mars_approx": ("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2)),
+    "mars_exact": ("config/mini_mars.py --is_approx=False", (1.5e-3, 3e-3, 6e-3, 1.2e-2)),
+    "muon": ("config/mini_muon.py", (1e-2, 2e-2, 4e-2, 8e-2)),
 }
 TUNING_SEED, SEEDS = 1, (1, 2, 3)
 MAX_EXTENSIONS = 3  # grid values added past an edge, per recipe, before giving up on an interior optimum
@@ -55,11 +52,11 @@ def run_grid(folder: str, grids: dict[str, list[float]], seeds: tuple[int, ...],
              extra: list[str]) -> None:
     """One sweep over every recipe's learning rates (finished runs are skipped)."""
     argv = [folder, *BASE, *extra, "--jobs", str(jobs), "--seeds", ",".join(map(str, seeds))]
-    for optimizer, (recipe, _, share) in LADDER.items():
+    for optimizer, (recipe, _) in LADDER.items():
         for size, tokens_per_step in SIZES.items():
             name = recipe_name(optimizer, size)
             if name in grids:
-                argv += ["--recipe", f"{name}={recipe} {size_args(tokens_per_step, int(share * tokens))}",
+                argv += ["--recipe", f"{name}={recipe} {size_args(tokens_per_step, tokens)}",
                          f"--grid={name}:learning_rate={','.join(lr_text(lr) for lr in grids[name])}"]
     sweep.main(argv)
 
@@ -75,7 +72,7 @@ def best_rate(folder: str, name: str, rates: list[float], seed: int) -> float | 
 def tune(folder: str, tokens: int, jobs: int, extra: list[str]) -> dict[str, float]:
     """Each recipe's best rate on the tuning seed, the grid extended past an edge until it is interior."""
     grids = {recipe_name(optimizer, size): [lr * 2 ** i for lr in rates]
-             for optimizer, (_, rates, _) in LADDER.items() for i, size in enumerate(SIZES)}
+             for optimizer, (_, rates) in LADDER.items() for i, size in enumerate(SIZES)}
     for _ in range(MAX_EXTENSIONS + 1):
         run_grid(folder, grids, (TUNING_SEED,), tokens, jobs, extra)
         extended = False
