@@ -28,6 +28,7 @@ from optim.moonlight import Moonlight, MoonlightHyperparameters, build_moonlight
 from optim.muon import Muon, MuonHyperparameters, build_muon
 from optim.nadamw import NAdamWHyperparameters, build_nadamw
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
+from optim.soap import SOAPHyperparameters, build_soap
 
 __all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", "build_optimizer", "load_config"]
 
@@ -76,6 +77,8 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("schedule-free-adamw", ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw,
                       {"schedule_free_adamw": MiniRecipe("config/mini_schedule_free_adamw.py",
                                                          (2e-3, 4e-3, 8e-3, 1.6e-2))}),
+        OptimizerSpec("soap", SOAPHyperparameters, build_soap,
+                      {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2))}),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}

@@ -64,11 +64,11 @@ class Hyperparameters:
             if meta.get("choices") and value not in meta["choices"]:
                 raise ConfigError(f"config key '{f.name}' is {value!r}; choose one of {', '.join(meta['choices'])}")
             low, high = meta.get("low"), meta.get("high")
-            too_low = low is not None and not (value > low if meta["low_open"] else value >= low)
-            too_high = high is not None and not (value < high if meta["high_open"] else value <= high)
+            too_low = low is not None and not (value > low if meta.get("low_open") else value >= low)
+            too_high = high is not None and not (value < high if meta.get("high_open") else value <= high)
             if too_low or too_high or (isinstance(value, float) and not math.isfinite(value)):
-                bounds = (f"{'(' if meta['low_open'] else '['}{-math.inf if low is None else low:g}, "
-                          f"{math.inf if high is None else high:g}{')' if meta['high_open'] else ']'}")
+                bounds = (f"{'(' if meta.get('low_open') else '['}{-math.inf if low is None else low:g}, "
+                          f"{math.inf if high is None else high:g}{')' if meta.get('high_open') else ']'}")
                 raise ConfigError(f"config key '{f.name}' must be in {bounds}, got {value}")
 
     def display_name(self) -> str:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The learning-rate sweep behind the mini reproduction's settings (config/mini_*.py): every recipe of
 # the optimizer registry's mini reproduction (AdamW, Muon, MARS-approx, MARS-exact, MARS-M, Moonlight,
-# Lion, NAdamW, AdEMAMix, Schedule-Free AdamW) at the learning rates the registry lists for it, on the
+# Lion, NAdamW, AdEMAMix, Schedule-Free AdamW, SOAP) at the learning rates the registry lists for it, on the
 # standard-library corpus as bytes (config/mini.py), one seed (SEEDS), JOBS runs at a time on one CPU
 # thread each: about 45 minutes on 2 free cores. Results in out/mini_sweep/: sweep.md, sweep.csv,
 # sweep.png, a folder per run. Rerunning resumes what is not done. DRY_RUN=1: 2 tiny steps, first rate only.

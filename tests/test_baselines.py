@@ -1,10 +1,11 @@
 """
-The baselines (Lion, NAdamW, AdEMAMix, Schedule-Free AdamW) against float64 restatements of their
-authors' reference implementations, on a tiny GPT built through the registry (so the routing table's
-decay groups are part of what is checked): google/automl lion/lion_pytorch.py, torch's NAdam as its
-documentation states the algorithm (Dozat's momentum schedule, decoupled weight decay),
-apple/ml-ademamix pytorch/ademamix.py, and facebookresearch/schedule_free's AdamWScheduleFree (the
-`schedulefree` package we depend on, checked against its algorithm restated here). Each float32
+The baselines (Lion, NAdamW, AdEMAMix, Schedule-Free AdamW, SOAP) against float64 restatements of
+their authors' reference implementations, on a tiny GPT built through the registry (so the routing
+table's decay groups are part of what is checked): google/automl lion/lion_pytorch.py, torch's NAdam
+as its documentation states the algorithm (Dozat's momentum schedule, decoupled weight decay),
+apple/ml-ademamix pytorch/ademamix.py, facebookresearch/schedule_free's AdamWScheduleFree (the
+`schedulefree` package we depend on, checked against its algorithm restated here) and
+nikhilvyas/SOAP soap.py. Each float32
 trajectory must land on the float64 one to float32 rounding; and the registry's contract (the
 capabilities each optimizer declares) is checked for every entry.
 """
@@ -258,3 +259,83 @@ def test_every_optimizer_resumes_from_its_checkpointed_state(name):
         step(resumed, resumed_optimizer, seed)
     for (n, p), q in zip(model.named_parameters(), resumed.parameters()):
         assert torch.allclose(p, q, rtol=1e-6, atol=1e-7), f"{name}: {n}"
+
+
+def soap_reference(p, g, state, lr, wd, hp):
+    """nikhilvyas/SOAP soap.py for a 1-D or 2-D parameter, restated with explicit matrices: L = EMA(G G^T),
+    R = EMA(G^T G), bases by eigh (float32, decreasing) then by power iteration + QR every `frequency`
+    steps, Adam in the rotated coordinates; a side over max_precond_dim (and every 1-D side) unrotated."""
+    b1, b2, eps, rate = hp["beta1"], hp["beta2"], hp["eps"], hp["beta2"]
+    rotated = [p.ndim == 2 and n <= hp["max_precond_dim"] for n in p.shape]
+    G = g if p.ndim == 2 else g[:, None]
+
+    def bases_of(q):
+        return [q[0] if q[0] is not None else None, q[1] if p.ndim == 2 and q[1] is not None else None]
+
+    def into(x, q):  # Q_L^T X Q_R
+        x = x if p.ndim == 2 else x[:, None]
+        x = q[0].T @ x if q[0] is not None else x
+        x = x @ q[1] if q[1] is not None else x
+        return x if p.ndim == 2 else x[:, 0]
+
+    def back(x, q):  # Q_L X Q_R^T
+        x = x if p.ndim == 2 else x[:, None]
+        x = q[0] @ x if q[0] is not None else x
+        x = x @ q[1].T if q[1] is not None else x
+        return x if p.ndim == 2 else x[:, 0]
+
+    def accumulate():
+        for side, outer in ((0, G @ G.T), (1, G.T @ G)):
+            if side < p.ndim and rotated[side]:
+                state["S"][side] = state["S"][side] * rate + outer * (1 - rate)
+
+    if "Q" not in state:
+        state.update(t=0, m=torch.zeros_like(p), v=torch.zeros_like(p),
+                     S=[torch.zeros(n, n, dtype=p.dtype) if r else None for n, r in zip(p.shape, rotated)] + [None])
+        accumulate()
+        state["Q"] = [None if s is None else torch.linalg.eigh(s.float())[1].flip(1).double() for s in state["S"][:2]]
+        return
+    q = bases_of(state["Q"])
+    state["t"] += 1
+    t = state["t"]
+    state["m"] = b1 * state["m"] + (1 - b1) * into(g, q)
+    state["v"] = b2 * state["v"] + (1 - b2) * into(g, q) ** 2
+    p.sub_(lr * math.sqrt(1 - b2**t) / (1 - b1**t) * back(state["m"] / (state["v"].sqrt() + eps), q))
+    p.sub_(lr * wd * p)
+    m = back(state["m"], q)
+    accumulate()
+    if t % hp["precondition_frequency"] == 0:
+        for side in (0, 1):
+            if q[side] is not None:
+                s, old = state["S"][side].float(), q[side].float()
+                order = torch.argsort(torch.diag(old.T @ s @ old), descending=True)
+                state["v"] = state["v"].index_select(side, order)
+                state["Q"][side] = torch.linalg.qr(s @ old[:, order])[0].double()
+    state["m"] = into(m, bases_of(state["Q"]))
+
+
+def test_soap_matches_its_authors_reference():
+    """In float64 (the reference computes its bases in float32 whatever the parameters' dtype), with sides
+    over max_precond_dim unrotated and a basis refresh every 3 steps."""
+    cfg = tiny_config(optimizer="soap", decay_embeddings=False, learning_rate=1e-2, weight_decay=0.1,
+                      max_precond_dim=40, precondition_frequency=3)
+    hp = cfg.hyperparameters.to_dict()
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY)).double()
+    reference = [p.detach().clone() for p in model.parameters()]
+    optimizer = build_optimizer(model, cfg, "cpu")
+    decays = [p.ndim == 2 and ".wte." not in n and ".wpe." not in n for n, p in model.named_parameters()]
+    states = [{} for _ in reference]
+    for step in range(STEPS):
+        for group in optimizer.param_groups:
+            group["lr"] = group["base_lr"] * lr_multiplier(step)
+        grads = gradients(model, seed=step)
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.clone()
+        optimizer.step()
+        optimizer.zero_grad()
+        for p, g, state, decay in zip(reference, grads, states, decays):
+            soap_reference(p, g, state, cfg.learning_rate * lr_multiplier(step), hp["weight_decay"] if decay else 0.0, hp)
+    for (n, p), expected in zip(model.named_parameters(), reference):
+        error = ((p.detach() - expected).norm() / expected.norm()).item()
+        assert error < 1e-9, f"soap: {n} relative error {error:.1e}"
