@@ -9,15 +9,20 @@ tokens. Its learning rate is tuned per size with scripts/sweep.py (one seed, a f
 grows by one value past an edge until the best rate is interior), then the best rate runs seeds 2 and
 3. MARS-exact takes two forward-backward passes per step: the report also reads it at the passes the
 others spend (report.py --x passes). Runs in <folder>/<optimizer>@<size>/learning_rate=<lr>/seed<N>/;
-rerunning resumes what is not done.
+rerunning resumes what is not done. Then the report, in <folder>/report/ (--report-only: just that):
+ladder.md (each optimizer's tuned rate and best validation loss per size, Welch's tests of MARS
+against AdamW, the diagnostics) and ladder.png (best validation loss and the diagnostics against
+tokens per step).
 """
 
 import argparse
 import os
 import shutil
+import statistics
 
 from runtime import at_least
 from scripts import sweep
+from scripts.report import Run, load_run, markdown_table, welch
 
 SIZES = {"4K": 4096, "16K": 16384, "64K": 65536}
 BASE = ["config/mini.py", "config/ladder.py"]
@@ -90,15 +95,122 @@ def tune(folder: str, tokens: int, jobs: int, extra: list[str]) -> dict[str, flo
     return {name: best_rate(folder, name, rates, TUNING_SEED) for name, rates in grids.items()}
 
 
+def tuned_runs(folder: str) -> dict[str, tuple[float, list[Run]]]:
+    """Each recipe's tuned rate (best on the tuning seed among the rates run) and its finished seeds there."""
+    out = {}
+    for optimizer in LADDER:
+        for size in SIZES:
+            name = recipe_name(optimizer, size)
+            rates = sorted(float(d.split("=", 1)[1]) for d in os.listdir(os.path.join(folder, name))
+                           if d.startswith("learning_rate=")) if os.path.isdir(os.path.join(folder, name)) else []
+            lr = best_rate(folder, name, rates, TUNING_SEED) if rates else None
+            if lr is not None:
+                point = sweep.Point(name, (("learning_rate", lr_text(lr)),))
+                runs = [sweep.finished_run(point.seed_folder(folder, seed)) for seed in SEEDS]
+                out[name] = (lr, [run for run in runs if run is not None])
+    return out
+
+
+def at_equal_passes(run: Run) -> float:
+    """Best validation loss within the forward-backward passes a one-pass optimizer spends on the budget."""
+    return min(v[3] for v in run.val if v[1] * run.passes_per_step <= run.budget)
+
+
+def diagnostic_mean(runs: list[Run], key: str) -> float | None:
+    """The mean over the runs' logged training rows of one diagnostic (None: not logged)."""
+    values = [row[key] for run in runs for row in run.train_rows if key in row]
+    return statistics.mean(values) if values else None
+
+
+def report(folder: str) -> str:
+    """ladder.md and ladder.png in <folder>/report/; returns the markdown."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tuned = tuned_runs(folder)
+    out = os.path.join(folder, "report")
+    os.makedirs(out, exist_ok=True)
+    rows, tests, diagnostics = [], [], []
+    for optimizer in LADDER:
+        for size in SIZES:
+            lr, runs = tuned.get(recipe_name(optimizer, size), (None, []))
+            losses = [r.best_val_loss for r in runs]
+            if losses:
+                spread = f" ± {statistics.stdev(losses):.4f}" if len(losses) > 1 else ""
+                equal = ""
+                if runs[0].passes_per_step > 1:
+                    equal = f"{statistics.mean(at_equal_passes(r) for r in runs):.4f}"
+                rows.append([optimizer, size, f"{lr:g}", f"{statistics.mean(losses):.4f}{spread}", equal, str(len(losses))])
+            cos, clipped = diagnostic_mean(runs, "mars/grad_cos"), diagnostic_mean(runs, "mars/clipped_fraction")
+            if cos is not None:
+                diagnostics.append([optimizer, size, f"{cos:.3f}", f"{clipped:.3f}"])
+    for size in SIZES:
+        adamw = [r.best_val_loss for r in tuned.get(recipe_name("adamw", size), (None, []))[1]]
+        for optimizer in ("mars_approx", "mars_exact"):
+            mars = [r.best_val_loss for r in tuned.get(recipe_name(optimizer, size), (None, []))[1]]
+            if len(adamw) > 1 and len(mars) > 1:
+                difference, t, p = welch(mars, adamw)
+                tests.append([size, optimizer, f"{difference:+.4f}", f"{t:.2f}", f"{p:.3g}"])
+    text = "\n\n".join([
+        f"# Batch-size ladder ({folder})",
+        "Best validation loss (nats per byte; mean ± std over seeds) at each optimizer's tuned learning rate. "
+        "'at equal passes': MARS-exact's best within the forward-backward passes the others spend.",
+        markdown_table(["optimizer", "tokens per step", "tuned lr", "best val loss", "at equal passes", "seeds"], rows),
+        "Welch's t-test, MARS minus AdamW (negative: MARS better):",
+        markdown_table(["tokens per step", "MARS", "mean difference", "t", "p"], tests) if tests else "(no seeds yet)",
+        "MARS's diagnostics, mean over the logged steps: cos(g_t, g_prev) and the fraction of tensors whose "
+        "corrected gradient was clipped:",
+        markdown_table(["optimizer", "tokens per step", "cos(g, g_prev)", "clipped fraction"], diagnostics),
+        "![ladder](ladder.png)",
+    ]) + "\n"
+    with open(os.path.join(out, "ladder.md"), "w") as f:
+        f.write(text)
+
+    fig, (loss_ax, cos_ax, clip_ax) = plt.subplots(1, 3, figsize=(15, 4))
+    for i, optimizer in enumerate(LADDER):
+        points = [(SIZES[size], tuned[recipe_name(optimizer, size)][1]) for size in SIZES
+                  if tuned.get(recipe_name(optimizer, size), (None, []))[1]]
+        if not points:
+            continue
+        xs = [x for x, _ in points]
+        means = [statistics.mean(r.best_val_loss for r in runs) for _, runs in points]
+        stds = [statistics.stdev([r.best_val_loss for r in runs]) if len(runs) > 1 else 0.0 for _, runs in points]
+        loss_ax.plot(xs, means, marker="o", color=f"C{i}", label=optimizer)
+        loss_ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+                             color=f"C{i}", alpha=0.2)
+        for ax, key in ((cos_ax, "mars/grad_cos"), (clip_ax, "mars/clipped_fraction")):
+            values = [(x, diagnostic_mean(runs, key)) for x, runs in points]
+            values = [(x, v) for x, v in values if v is not None]
+            if values:
+                ax.plot(*zip(*values), marker="o", color=f"C{i}", label=optimizer)
+    for ax, title in ((loss_ax, "best validation loss (mean ± std over seeds)"), (cos_ax, "cos(g_t, g_prev)"),
+                      (clip_ax, "fraction of tensors with c clipped")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "ladder.png"), dpi=110)
+    plt.close(fig)
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder")
     parser.add_argument("--tokens", type=at_least(1), default=4 * 1024 * 1024, help="the token budget of a run")
     parser.add_argument("--jobs", type=at_least(1), default=2, help="runs at a time, one CPU thread each")
+    parser.add_argument("--report-only", action="store_true", help="write the report of the runs so far")
     args, extra = parser.parse_known_args(argv)  # extra: train.py overrides for every run (e.g. a dry run's)
-    best = tune(args.folder, args.tokens, args.jobs, extra)
-    run_grid(args.folder, {name: [lr] for name, lr in best.items() if lr is not None}, SEEDS, args.tokens, args.jobs,
-             extra)
+    if not args.report_only:
+        best = tune(args.folder, args.tokens, args.jobs, extra)
+        run_grid(args.folder, {name: [lr] for name, lr in best.items() if lr is not None}, SEEDS, args.tokens,
+                 args.jobs, extra)
+    print(report(args.folder))
 
 
 if __name__ == "__main__":

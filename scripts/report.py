@@ -278,20 +278,25 @@ def downstream_table(runs: list[Run]) -> str | None:
     return markdown_table(["Optimizer", "Model"] + [name for name, _ in PAPER_COLUMNS] + ["Avg."], rows)
 
 
+def welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Welch's t-test (unequal variances): mean(a) - mean(b), t and the two-sided p-value."""
+    from scipy.stats import ttest_ind
+
+    result = ttest_ind(a, b, equal_var=False)
+    return statistics.mean(a) - statistics.mean(b), float(result.statistic), float(result.pvalue)
+
+
 def significance_table(runs: list[Run]) -> str | None:
     """Welch's t-test (unequal variances) on the best validation loss, between every two rows of a
     column that both have 2+ seeds: the difference of the means, t and the two-sided p-value."""
-    from scipy.stats import ttest_ind
-
     lines = []
     for column, column_runs in group_by_setting(runs).items():
         losses = {row: [r.best_val_loss for r in column_runs if r.row == row] for row in row_order(column_runs)}
         seeded = [row for row, values in losses.items() if len(values) > 1]
         for i, a in enumerate(seeded):
             for b in seeded[i + 1 :]:
-                result = ttest_ind(losses[a], losses[b], equal_var=False)
-                difference = statistics.mean(losses[a]) - statistics.mean(losses[b])
-                lines.append([column, a, b, f"{difference:+.4f}", f"{result.statistic:.2f}", f"{result.pvalue:.3g}",
+                difference, t, p = welch(losses[a], losses[b])
+                lines.append([column, a, b, f"{difference:+.4f}", f"{t:.2f}", f"{p:.3g}",
                               f"{len(losses[a])}, {len(losses[b])}"])
     if not lines:
         return None

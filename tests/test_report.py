@@ -166,3 +166,36 @@ def test_curves_against_passes_count_mars_exact_twice_and_band_the_seeds(tmp_pat
     assert report.curve(runs["approx1"], "passes") == [(0, 11.0), (5, 4.2), (10, 3.3)]
     text = report.main([str(tmp_path), "--out", str(tmp_path / "r"), "--x", "passes"])
     assert "val_loss_vs_passes.png" in text and (tmp_path / "r" / "val_loss_vs_passes.png").exists()
+
+
+def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
+    """scripts/batch_ladder.py's report on synthetic runs: the tuned rate is the tuning seed's best, the
+    table shows its seeds' mean, Welch's test of MARS against AdamW at that size, MARS-exact at equal
+    passes, and the diagnostics' means."""
+    from scripts import batch_ladder
+
+    def ladder_run(recipe, lr, seed, losses, **config):
+        folder = tmp_path / recipe / f"learning_rate={lr}" / f"seed{seed}"
+        write_run(folder, losses, total_iters=8, seed=seed, learning_rate=float(lr), total_batch_size=4096,
+                  micro_batch_size=16, block_size=256, **config)
+        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            if row["type"] == "train" and config.get("optimizer") == "mars":
+                row.update({"mars/grad_cos": 0.1 * seed, "mars/clipped_fraction": 0.5})
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    ladder_run("adamw@4K", "0.002", 1, [5.0, 3.0, 2.50])
+    ladder_run("adamw@4K", "0.004", 1, [5.0, 3.0, 2.40])  # the tuned rate
+    ladder_run("adamw@4K", "0.004", 2, [5.0, 3.0, 2.42])
+    ladder_run("adamw@4K", "0.004", 3, [5.0, 3.0, 2.44])
+    for seed, loss in ((1, 2.30), (2, 2.31), (3, 2.35)):
+        ladder_run("mars_exact@4K", "0.003", seed, [5.0, 2.9 + seed / 100, loss], optimizer="mars", is_approx=False)
+    text = batch_ladder.report(str(tmp_path))
+
+    assert "| adamw | 4K | 0.004 | 2.4200 ± 0.0200 |  | 3 |" in text
+    # at equal passes: the evaluation at half the tokens (step 4 of 8): 2.91, 2.92, 2.93
+    assert "| mars_exact | 4K | 0.003 | 2.3200 ± 0.0265 | 2.9200 | 3 |" in text
+    difference, t, p = report.welch([2.30, 2.31, 2.35], [2.40, 2.42, 2.44])
+    assert f"| 4K | mars_exact | {difference:+.4f} | {t:.2f} | {p:.3g} |" in text and p < 0.05
+    assert "| mars_exact | 4K | 0.200 | 0.500 |" in text  # cos 0.1, 0.2, 0.3 over the seeds
+    assert (tmp_path / "report" / "ladder.png").read_bytes().startswith(PNG_MAGIC)
