@@ -28,7 +28,7 @@ from train import StepContext
 
 class SyntheticBatches:
     """train.TrainBatches' interface on random tokens, drawn once, in host memory as TrainBatches
-    gives them (train.forward_backward moves each micro-batch to the device)."""
+    gives them (train.StepContext.forward_backward moves each micro-batch to the device)."""
 
     def __init__(self, cfg: TrainConfig):
         self.x, self.y = torch.randint(0, cfg.vocab_size, (2, cfg.micro_batch_size, cfg.block_size))

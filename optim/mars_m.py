@@ -17,8 +17,8 @@ at its t-th update, with beta = momentum:
 
 g_prev is the previous step's gradient (MARS-M-approx, is_approx=True) or the
 gradient at the previous weights on the current batch (MARS-M exact,
-is_approx=False), which the optimizer gets as MARS-exact does: it declares
-needs_grad_on_next_batch = True and the training loop, before step t, computes the
+is_approx=False), which the optimizer gets as MARS-exact does: it is a SecondGradient
+(optim/contract.py) and the training loop, before step t, computes the
 (clipped) gradient at x_t on the batch of step t+1 and calls
 stash_grad_for_next_step(); step t uses the gradient stashed before step t-1 (zero at
 the first step). This is the official train_mars_m.py's update_previous_grad() /

@@ -22,7 +22,7 @@ import statistics
 
 from runtime import at_least
 from scripts import sweep
-from scripts.report import Run, load_run, markdown_table, welch
+from scripts.report import Run, markdown_table, welch
 
 SIZES = {"4K": 4096, "16K": 16384, "64K": 65536}
 BASE = ["config/mini.py", "config/ladder.py"]

@@ -18,6 +18,7 @@ from config import TrainConfig
 from model import GPT, GPTConfig
 import optim.rules
 from optim import MARS, Muon, build_optimizer, load_config
+from optim.contract import needs_second_gradient
 from optim.newton_schulz import newton_schulz5
 
 STEPS = 20
@@ -130,7 +131,7 @@ def run_optimizer(opt, params, stream, set_to_none=True, start=0):
     for step, grads in enumerate(stream, start):
         for group in opt.param_groups:
             group["lr"] = group["base_lr"] * lr_multiplier(step)
-        if getattr(opt, "needs_grad_on_next_batch", False):
+        if needs_second_gradient(opt):
             for p, (_, next_g) in zip(params, grads):
                 set_grad(p, next_g, set_to_none)
             opt.stash_grad_for_next_step()
@@ -471,7 +472,7 @@ def test_short_training_run_lowers_the_loss(overrides):
     losses = []
     for step in range(40):
         batch, next_batch = batches[step % 4], batches[(step + 1) % 4]
-        if getattr(opt, "needs_grad_on_next_batch", False):
+        if needs_second_gradient(opt):
             loss_on(next_batch).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.stash_grad_for_next_step()

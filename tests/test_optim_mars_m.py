@@ -15,6 +15,7 @@ import torch
 
 from conftest import counted_orthogonalizations, run_file_under_torchrun, save_results_of_ranks
 import optim.rules
+from optim.contract import needs_second_gradient
 from optim.mars_m import MARSM
 from optim.moonlight import Moonlight
 from test_optim import (
@@ -224,7 +225,7 @@ def test_short_training_run_lowers_the_loss(name):
 
     losses = []
     for step in range(40):
-        if getattr(opt, "needs_grad_on_next_batch", False):  # MARS-M exact
+        if needs_second_gradient(opt):  # MARS-M exact
             backward(batches[(step + 1) % 4])
             opt.stash_grad_for_next_step()
             opt.zero_grad(set_to_none=True)

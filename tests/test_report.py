@@ -8,7 +8,6 @@ import statistics
 
 import pytest
 
-from config import TrainConfig
 from optim import load_config
 
 from scripts import report
