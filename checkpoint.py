@@ -209,8 +209,9 @@ def check_resumable(ckpt: dict, path: str, config: dict, model_args: dict, finge
     if [list(x) for x in ckpt["data_fingerprint"]] != [list(x) for x in fingerprint]:
         raise CheckpointError(f"the training shards differ from those {path} was trained on; "
                               "resuming on other data would not continue the run")
-    changed = {k: (v, config.get(k)) for k, v in ckpt["config"].items()
-               if k not in RESUME_ONLY_KEYS and config.get(k) != v}
+    # (a key the new config does not have is another optimizer's, recorded by older runs: not a change)
+    changed = {k: (v, config[k]) for k, v in ckpt["config"].items()
+               if k not in RESUME_ONLY_KEYS and k in config and config[k] != v}
     state_shaping = {k: changed[k] for k in (*STATE_KEYS, *state_keys) if k in changed}
     if "dtype" in state_shaping:
         # 'auto' names bf16 on CUDA and fp32 on CPU: compare the precisions the two runs compute in, so

@@ -183,10 +183,16 @@ def main() -> None:
         median = statistics.median(times[name])
         ratio = f"{median / reference:.2f}x" if reference else "-"
         extra = f"{peaks[name] / 2**20:.0f} MiB ({peaks[name] / model_bytes:.2f} model)"
-        state = sum(v.numel() * v.element_size() for s in optimizers[name].state.values() for v in s.values()
-                    if torch.is_tensor(v) and v.numel() > 1)  # (not the 0-d step counts)
+        state = sum(t.numel() * t.element_size() for s in optimizers[name].state.values()
+                    for t in state_tensors(list(s.values())) if t.numel() > 1)  # (not the 0-d step counts)
         print(f"{name:<22} {median * 1e3:>10.1f}ms {ratio:>15} {extra:>24} {state / model_bytes:>8.2f}x")
     print_ns5_exchange([p.numel() for p in params if p.ndim == 2])
+
+
+def state_tensors(values: list) -> list[torch.Tensor]:
+    """The tensors among optimizer state values, also inside lists (SOAP's statistics and bases)."""
+    return [t for v in values for t in (state_tensors(v) if isinstance(v, (list, tuple)) else [v])
+            if torch.is_tensor(t)]
 
 
 def print_ns5_exchange(matrix_sizes: list[int]) -> None:

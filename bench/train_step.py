@@ -53,13 +53,13 @@ def median_step_ms(argv: list[str], reuse_memory: bool, diagnose: bool = False, 
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "float16")
     autocast = autocast_context(device, dtype)
     model = torch.compile(raw_model) if cfg.compile else raw_model  # as train.py runs it
-    steps = StepContext(model, list(raw_model.parameters()), optimizer, scaler, SyntheticBatches(cfg), cfg, rt,
-                        autocast)
+    stepper = StepContext(model, list(raw_model.parameters()), optimizer, scaler, SyntheticBatches(cfg), cfg, rt,
+                          autocast)
     kinds = parameter_kinds(raw_model) if diagnose else None
     times = []
     for step in range(steps + 3):
         start = time.perf_counter()
-        _, _, diagnostics = steps.optimizer_step(step, kinds)
+        _, _, diagnostics = stepper.optimizer_step(step, kinds)
         [value.item() for value in diagnostics.values()]  # what a log step reads
         if device.type == "cuda":
             torch.cuda.synchronize()

@@ -287,7 +287,10 @@ def read_config_file(path: str, including: tuple[str, ...] = ()) -> dict[str, ty
             included_path = os.path.join(os.path.dirname(path), name)
             if os.path.abspath(included_path) in including:
                 raise ConfigError(f"config file {path} includes {name}, which includes it: remove one include")
-            included |= read_config_file(included_path, (*including, os.path.abspath(path)))
+            try:
+                included |= read_config_file(included_path, (*including, os.path.abspath(path)))
+            except ConfigError as e:
+                raise ConfigError(f"config file {path} includes {name}: {e}") from None
     return included | values
 
 
@@ -303,7 +306,7 @@ def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], bas
         else:
             values.update(read_config_file(arg))
     optimizer = values.get("optimizer", TrainConfig.optimizer)
-    if optimizer not in hyperparameters:
+    if not isinstance(optimizer, str) or optimizer not in hyperparameters:
         raise ConfigError(f"config key 'optimizer' is {optimizer!r}; choose one of {', '.join(hyperparameters)}")
     loop_keys = {f.name for f in dataclasses.fields(TrainConfig)} - {"hyperparameters"}
     own_keys = {f.name for f in dataclasses.fields(hyperparameters[optimizer])}

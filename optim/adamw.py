@@ -22,6 +22,8 @@ class AdamWHyperparameters(Hyperparameters):
     # only, as the official MARS code (no decay for the embeddings and the tied head).
     decay_embeddings: bool = True
 
+    state_keys = ("decay_embeddings",)  # it moves the embeddings between param groups
+
     def display_name(self) -> str:
         return "AdamW"
 

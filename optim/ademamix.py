@@ -46,6 +46,8 @@ class AdEMAMixHyperparameters(Hyperparameters):
     eps: float = setting(1e-8, 0.0)
     decay_embeddings: bool = True  # as AdamW's: False leaves the embeddings and the tied head undecayed
 
+    state_keys = ("decay_embeddings",)
+
     def display_name(self) -> str:
         return "AdEMAMix"
 

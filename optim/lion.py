@@ -36,6 +36,8 @@ class LionHyperparameters(Hyperparameters):
     beta2: float = beta(0.99)
     decay_embeddings: bool = True  # as AdamW's: False leaves the embeddings and the tied head undecayed
 
+    state_keys = ("decay_embeddings",)
+
     def display_name(self) -> str:
         return "Lion"
 

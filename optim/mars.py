@@ -78,7 +78,7 @@ class MARSHyperparameters(AdamWHyperparameters, SideAdamW):
     optimize_1d: bool = False
     amsgrad: bool = False
 
-    state_keys = ("mars_type", "is_approx", "optimize_1d", "amsgrad")
+    state_keys = ("mars_type", "is_approx", "optimize_1d", "amsgrad", "decay_embeddings")
 
     def display_name(self) -> str:
         return f"{MARS_NAMES[self.mars_type]}-{'approx' if self.is_approx else 'exact'}"

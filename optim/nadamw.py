@@ -30,12 +30,29 @@ class NAdamWHyperparameters(Hyperparameters):
     momentum_decay: float = setting(4e-3, 0.0)
     decay_embeddings: bool = True  # as AdamW's: False leaves the embeddings and the tied head undecayed
 
+    state_keys = ("decay_embeddings",)
+
     def display_name(self) -> str:
         return "NAdamW"
 
 
-def build_nadamw(model: nn.Module, hp: NAdamWHyperparameters, loop: Loop) -> torch.optim.NAdam:
+class NAdamW(torch.optim.NAdam):
+    """torch's NAdam, whose running product of the momentum coefficients stays on the host after a
+    resume: load_state_dict moves every state tensor but `step` to the parameter's device, and torch's
+    foreach NAdam then reads mu_product back with .item(), two host syncs per parameter per step."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        if self.defaults["capturable"]:
+            return
+        params = [p for group in self.param_groups for p in group["params"]]
+        for index, saved in state_dict["state"].items():  # (a checkpoint's, loaded on the CPU)
+            if "mu_product" in saved:
+                self.state[params[index]]["mu_product"] = saved["mu_product"].to("cpu", copy=True)
+
+
+def build_nadamw(model: nn.Module, hp: NAdamWHyperparameters, loop: Loop) -> NAdamW:
     groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
               for route, params in routed_params(model, decay_routing("nadamw", hp.decay_embeddings))]
-    return torch.optim.NAdam(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps,
+    return NAdamW(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps,
                              momentum_decay=hp.momentum_decay, decoupled_weight_decay=True, foreach=True)

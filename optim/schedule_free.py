@@ -12,10 +12,11 @@ a checkpoint holds x, from which train() restores y on resume.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-import schedulefree
+import torch
 import torch.nn as nn
 
 from config import ConfigError
@@ -36,6 +37,8 @@ class ScheduleFreeAdamWHyperparameters(Hyperparameters):
     sf_weight_lr_power: float = setting(2.0, 0.0)  # the average's weights during warmup: lr ** this
     decay_embeddings: bool = True  # as AdamW's: False leaves the embeddings and the tied head undecayed
 
+    state_keys = ("decay_embeddings",)
+
     def display_name(self) -> str:
         return "Schedule-Free AdamW"
 
@@ -46,23 +49,35 @@ class ScheduleFreeAdamWHyperparameters(Hyperparameters):
                               "(warmup: its own sf_warmup_steps, with warmup_iters=0, as the authors')")
 
 
-class ScheduleFreeAdamW(EvaluationWeights, GroupState, schedulefree.AdamWScheduleFree):
-    # the package's run state: step count, the average's weights, and which weights the parameters hold
-    group_state_keys = ("k", "weight_sum", "lr_max", "scheduled_lr", "train_mode")
+@functools.cache
+def schedule_free_adamw_class() -> type[torch.optim.Optimizer]:
+    """The package's AdamWScheduleFree, declaring its evaluation weights and group state. Imported when
+    first built, so that a machine without the package runs every other optimizer."""
+    try:
+        import schedulefree
+    except ImportError:
+        raise ConfigError("optimizer 'schedule-free-adamw' needs its authors' package: pip install "
+                          "'schedulefree>=1.4' (requirements.txt lists it)") from None
 
-    def eval_weights(self) -> None:
-        self.eval()
+    class ScheduleFreeAdamW(EvaluationWeights, GroupState, schedulefree.AdamWScheduleFree):
+        # the package's run state: step count, the average's weights, and which weights the parameters hold
+        group_state_keys = ("k", "weight_sum", "lr_max", "scheduled_lr", "train_mode")
 
-    def train_weights(self) -> None:
-        self.train()
+        def eval_weights(self) -> None:
+            self.eval()
+
+        def train_weights(self) -> None:
+            self.train()
+
+    return ScheduleFreeAdamW
 
 
 def build_schedule_free_adamw(model: nn.Module, hp: ScheduleFreeAdamWHyperparameters, loop: Loop
-                              ) -> ScheduleFreeAdamW:
+                              ) -> torch.optim.Optimizer:
     groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
               for route, params in routed_params(model, decay_routing("schedule-free-adamw", hp.decay_embeddings))]
-    optimizer = ScheduleFreeAdamW(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps,
-                                  warmup_steps=hp.sf_warmup_steps, r=hp.sf_r, weight_lr_power=hp.sf_weight_lr_power,
-                                  foreach=True)
+    optimizer = schedule_free_adamw_class()(
+        groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps, warmup_steps=hp.sf_warmup_steps,
+        r=hp.sf_r, weight_lr_power=hp.sf_weight_lr_power, foreach=True)
     optimizer.train_weights()  # the package starts in eval mode; the loop steps in train mode
     return optimizer

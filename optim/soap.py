@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from config import ConfigError
 from optim.adamw import decay_routing
 from optim.contract import Hyperparameters, Loop, beta, setting
 from optim.routing import routed_params
@@ -49,7 +50,12 @@ class SOAPHyperparameters(Hyperparameters):
     precondition_1d: bool = False
     decay_embeddings: bool = True  # as AdamW's: False leaves the embeddings and the tied head undecayed
 
-    state_keys = ("max_precond_dim", "precondition_1d")
+    state_keys = ("max_precond_dim", "precondition_1d", "decay_embeddings")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.shampoo_beta != -1 and not 0.0 <= self.shampoo_beta < 1.0:
+            raise ConfigError(f"config key 'shampoo_beta' must be -1 (beta2) or in [0, 1), got {self.shampoo_beta}")
 
     def display_name(self) -> str:
         return "SOAP"

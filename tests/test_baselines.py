@@ -339,3 +339,21 @@ def test_soap_matches_its_authors_reference():
     for (n, p), expected in zip(model.named_parameters(), reference):
         error = ((p.detach() - expected).norm() / expected.norm()).item()
         assert error < 1e-9, f"soap: {n} relative error {error:.1e}"
+
+
+def test_nadamw_keeps_its_momentum_product_on_the_host_after_a_resume():
+    """torch's load_state_dict moves NAdam's mu_product to the parameters' device, and its foreach step
+    then reads it with .item(): two host syncs per parameter per step on a GPU. Loaded onto a model on
+    the meta device (as it would be onto CUDA), it must stay a CPU tensor."""
+    model = GPT(GPTConfig(**TINY))
+    optimizer = build_optimizer(model, tiny_config(optimizer="nadamw"), "cpu")
+    for p, g in zip(model.parameters(), gradients(model, seed=0)):
+        p.grad = g.float()
+    optimizer.step()
+    with torch.device("meta"):
+        elsewhere = GPT(GPTConfig(**TINY))
+    resumed = build_optimizer(elsewhere, tiny_config(optimizer="nadamw"), "cpu")
+    resumed.load_state_dict(optimizer.state_dict())
+    states = list(resumed.state.values())
+    assert states and all(s["mu_product"].device.type == "cpu" for s in states)
+    assert all(s["exp_avg"].device.type == "meta" for s in states)

@@ -82,3 +82,13 @@ def test_names_a_config_file_imports_are_not_settings(tmp_path):
                     "learning_rate = pi * 1e-4\nmax_iters = int(root(100))\n")
     cfg = load_config([str(path)])
     assert cfg.learning_rate == pytest.approx(3.14159e-4, rel=1e-5) and cfg.max_iters == 10
+
+
+def test_bad_optimizer_values_and_includes_are_named(tmp_path):
+    with pytest.raises(ConfigError, match="config key 'optimizer' is \\['adamw'\\]; choose one of adamw"):
+        load_config(["--optimizer=['adamw']"])
+    (tmp_path / "run.py").write_text('include = ["missing.py"]\n')
+    with pytest.raises(ConfigError, match="config file .*run.py includes missing.py: cannot read config file"):
+        load_config([str(tmp_path / "run.py")])
+    with pytest.raises(ConfigError, match="'shampoo_beta' must be -1 \\(beta2\\) or in \\[0, 1\\)"):
+        load_config(["--optimizer=soap", "--shampoo_beta=-0.5"])

@@ -184,11 +184,12 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
         (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     ladder_run("adamw@4K", "0.002", 1, [5.0, 3.0, 2.50])
-    ladder_run("adamw@4K", "0.004", 1, [5.0, 3.0, 2.40])  # the tuned rate
-    ladder_run("adamw@4K", "0.004", 2, [5.0, 3.0, 2.42])
-    ladder_run("adamw@4K", "0.004", 3, [5.0, 3.0, 2.44])
-    for seed, loss in ((1, 2.30), (2, 2.31), (3, 2.35)):
-        ladder_run("mars_exact@4K", "0.003", seed, [5.0, 2.9 + seed / 100, loss], optimizer="mars", is_approx=False)
+    ladder_run("adamw@4K", "0.004", 1, [5.0, 3.0, 2.30])  # the tuned rate; the tuning seed is left out
+    ladder_run("adamw@4K", "0.004", 2, [5.0, 3.0, 2.40])
+    ladder_run("adamw@4K", "0.004", 3, [5.0, 3.0, 2.42])
+    ladder_run("adamw@4K", "0.004", 4, [5.0, 3.0, 2.44])
+    for seed, loss in ((1, 2.2), (2, 2.30), (3, 2.31), (4, 2.35)):
+        ladder_run("mars_exact@4K", "0.003", seed, [5.0, 2.89 + seed / 100, loss], optimizer="mars", is_approx=False)
     text = batch_ladder.report(str(tmp_path))
 
     assert "| adamw | 4K | 0.004 | 2.4200 ± 0.0200 |  | 3 |" in text
@@ -196,5 +197,5 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
     assert "| mars_exact | 4K | 0.003 | 2.3200 ± 0.0265 | 2.9200 | 3 |" in text
     difference, t, p = report.welch([2.30, 2.31, 2.35], [2.40, 2.42, 2.44])
     assert f"| 4K | mars_exact | {difference:+.4f} | {t:.2f} | {p:.3g} |" in text and p < 0.05
-    assert "| mars_exact | 4K | 0.200 | 0.500 |" in text  # cos 0.1, 0.2, 0.3 over the seeds
+    assert "| mars_exact | 4K | 0.300 | 0.500 |" in text  # cos 0.2, 0.3, 0.4 over the seeds
     assert (tmp_path / "report" / "ladder.png").read_bytes().startswith(PNG_MAGIC)
