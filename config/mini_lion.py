@@ -1,7 +1,7 @@
 # Lion for the CPU mini reproduction (after config/mini.py): the authors' betas 0.9/0.99, weight decay
 # 10x AdamW's (their advice: 3-10x, with a learning rate 3-10x lower), the learning rate from the sweep.
 optimizer = "lion"
-learning_rate = 3e-4
+learning_rate = 4e-4
 weight_decay = 1.0
 beta1 = 0.9
 beta2 = 0.99

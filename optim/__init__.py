@@ -73,12 +73,12 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("nadamw", NAdamWHyperparameters, build_nadamw,
                       {"nadamw": MiniRecipe("config/mini_nadamw.py", (1e-3, 2e-3, 4e-3, 8e-3))}),
         OptimizerSpec("ademamix", AdEMAMixHyperparameters, build_ademamix,
-                      {"ademamix": MiniRecipe("config/mini_ademamix.py", (1e-3, 2e-3, 4e-3, 8e-3))}),
+                      {"ademamix": MiniRecipe("config/mini_ademamix.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3))}),
         OptimizerSpec("schedule-free-adamw", ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw,
                       {"schedule_free_adamw": MiniRecipe("config/mini_schedule_free_adamw.py",
                                                          (2e-3, 4e-3, 8e-3, 1.6e-2))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
-                      {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2))}),
+                      {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2))}),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}

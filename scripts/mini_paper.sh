@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The mini reproduction (the project's CPU demonstration): every recipe of the optimizer registry's mini
-# reproduction (AdamW, Muon, MARS-approx, MARS-exact, MARS-M, Moonlight) on the standard-library corpus as
-# bytes (config/mini.py: 1.05M tokens per run), each at the learning rate scripts/mini_sweep.sh chose
-# (config/mini_*.py), for three seeds (SEEDS), JOBS runs at a time on one thread each: about 20 minutes
-# on 2 free cores. Runs in out/mini_paper/<recipe>/base/seed<N>/; report.py's table (mean ± std,
-# Welch's t-test) and plots in out/mini_paper/report/. Rerunning resumes what is not done.
+# reproduction (AdamW, Muon, MARS-approx, MARS-exact, MARS-M, Moonlight, Lion, NAdamW, AdEMAMix,
+# Schedule-Free AdamW, SOAP) on the standard-library corpus as bytes (config/mini.py: 1.05M tokens per
+# run), each at the learning rate scripts/mini_sweep.sh chose (config/mini_*.py), for three seeds (SEEDS),
+# JOBS runs at a time on one thread each: about 40 minutes on 2 free cores. Runs in
+# out/mini_paper/<recipe>/base/seed<N>/; report.py's table (mean ± std, Welch's t-test) and plots in
+# out/mini_paper/report/. Rerunning resumes what is not done.
 # DRY_RUN=1: 2 tiny steps of each.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
