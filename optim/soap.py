@@ -98,11 +98,11 @@ class SOAP(GroupwiseOptimizer):
         step_size = group["lr"]
         if group["correct_bias"]:
             step_size *= (1.0 - beta2 ** state["step"]) ** 0.5 / (1.0 - beta1 ** state["step"])
-        p.add_(project_back(exp_avg / denom, state["Q"]), alpha=-step_size)
+        p.add_(project(exp_avg / denom, state["Q"], back=True), alpha=-step_size)
         if group["weight_decay"] > 0.0:
             p.add_(p, alpha=-group["lr"] * group["weight_decay"])
         # the statistics take this gradient; every precondition_frequency steps the bases follow them
-        exp_avg = project_back(exp_avg, state["Q"])
+        exp_avg = project(exp_avg, state["Q"], back=True)
         accumulate_statistics(state["GG"], grad, rate)
         if state["step"] % group["precondition_frequency"] == 0:
             state["Q"], state["exp_avg_sq"] = power_iteration_bases(state["GG"], state["Q"], exp_avg_sq)
@@ -145,23 +145,14 @@ def power_iteration_bases(statistics: list[torch.Tensor | None], bases: list[tor
     return new_bases, exp_avg_sq
 
 
-def project(tensor: torch.Tensor, bases: list[torch.Tensor | None]) -> torch.Tensor:
-    """Into the bases: Q_L^T X Q_R (a side without a basis stays)."""
+def project(tensor: torch.Tensor, bases: list[torch.Tensor | None], back: bool = False) -> torch.Tensor:
+    """Into the bases, Q_L^T X Q_R, or (back) out of them, Q_L X Q_R^T; a side without a basis stays.
+    Each pass contracts the leading dimension and appends the result's, so two passes restore the order."""
     for basis in bases:
         if basis is None:
             tensor = tensor.permute(*range(1, tensor.ndim), 0)
         else:
-            tensor = torch.tensordot(tensor, basis, dims=[[0], [0]])
-    return tensor
-
-
-def project_back(tensor: torch.Tensor, bases: list[torch.Tensor | None]) -> torch.Tensor:
-    """Out of the bases: Q_L X Q_R^T."""
-    for basis in bases:
-        if basis is None:
-            tensor = tensor.permute(*range(1, tensor.ndim), 0)
-        else:
-            tensor = torch.tensordot(tensor, basis, dims=[[0], [1]])
+            tensor = torch.tensordot(tensor, basis, dims=[[0], [1 if back else 0]])
     return tensor
 
 
