@@ -1,7 +1,7 @@
 """
 The batch-size ladder: the CPU testbed's optimizer ranking as a function of tokens per step.
 
-    python -m scripts.batch_ladder out/ladder --jobs 2        # about two hours on 2 free cores
+    python -m scripts.batch_ladder out/ladder --jobs 2   # not yet run to its end: about 2.5 hours on 2 free cores, estimated
 
 Every optimizer of LADDER runs the same token budget (config/ladder.py: 4.19M tokens) at each size of
 SIZES (4K, 16K and 64K tokens per step: 1,024, 256 and 64 steps), warmup and evaluation at the same
