@@ -258,10 +258,10 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def build_mars(model: nn.Module, hp: MARSHyperparameters, loop: Loop) -> MARS:
     """MARS in the official runs' two param groups, decay and no decay (see decay_embeddings); within
-    them MARS itself sends the 1-D parameters to AdamW with weight_decay_1d unless optimize_1d (see the
-    module docstring), as the routing table says."""
+    them MARS itself sends the 1-D parameters to AdamW at lr_1d (scaled by the schedule) with
+    weight_decay_1d unless optimize_1d (see the module docstring), as the routing table says."""
     table = routing(Route("mars", True), Route("mars", hp.decay_embeddings),
-                    Route("mars" if hp.optimize_1d else "adamw", False))
+                    Route("mars", False) if hp.optimize_1d else Route("adamw", False, lr="lr_1d"))
     groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
               for route, params in routed_params(model, table, key=lambda route: route.decay)]
     return MARS(

@@ -120,12 +120,14 @@ class Muon(GroupwiseOptimizer):
 def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:
     """The paper's baseline: every 2-D parameter (embeddings too) on Muon, the rest on AdamW;
     muon_embeddings_on_adamw moves the embeddings (and the tied head) to AdamW."""
-    table = routing(Route("muon", True), Route("adamw" if hp.muon_embeddings_on_adamw else "muon", True),
-                    Route("adamw", True))
+    adamw = Route("adamw", True, lr="lr_1d")
+    table = routing(Route("muon", True), adamw if hp.muon_embeddings_on_adamw else Route("muon", True), adamw)
     return Muon(
-        [dict(params=params, use_muon=route.rule == "muon") for route, params in routed_params(model, table)],
+        [dict(params=params, use_muon=route.rule == "muon",
+              lr=loop.learning_rate if route.lr == "learning_rate" else getattr(hp, route.lr))
+         for route, params in routed_params(model, table)],
         lr=loop.learning_rate, momentum=hp.muon_momentum, nesterov=hp.muon_nesterov,
-        weight_decay=hp.weight_decay, adamw_lr=hp.lr_1d, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
+        weight_decay=hp.weight_decay, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
         adamw_eps=hp.eps, adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled,
         adamw_variant="official-mars" if hp.muon_adamw == "official" else "torch",
     )

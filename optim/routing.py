@@ -3,8 +3,9 @@ Which parameters take which update rule, as data: one routing table per optimize
 
 A GPT's parameters are of four kinds: attention and mlp (the blocks' 2-D weights), embeddings (the
 token and position tables; the lm_head is tied to the token table, one parameter) and 1d (biases and
-LayerNorm weights). An optimizer's routing gives each kind a Route: the update rule it takes and
-whether it takes the group's weight decay. Every builder makes its param groups from its routing with
+LayerNorm weights). An optimizer's routing gives each kind a Route: the update rule it takes, whether
+it takes the group's weight decay, and which setting is its peak learning rate (the loop's
+learning_rate, or e.g. lr_1d for the AdamW that Muon and MARS run on the 1-D parameters). Every builder makes its param groups from its routing with
 routed_params(), and the diagnostics report update sizes by the same kinds.
 """
 
@@ -22,6 +23,7 @@ KINDS = ("attention", "mlp", "embeddings", "1d")
 class Route:
     rule: str  # the optimizer's name for the update, e.g. "adamw", "mars", "muon"
     decay: bool  # takes the group's weight decay
+    lr: str = "learning_rate"  # the setting that is its peak learning rate (the schedule scales it alike)
 
 
 def routing(matrices: Route, embeddings: Route, vectors: Route) -> dict[str, Route]:
