@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from optim.contract import Hyperparameters, Loop, beta, positive, setting
-from optim.routing import Route, routed_params, routing
+from optim.routing import Route, routing, weight_decay_groups
 
 
 @dataclass
@@ -44,7 +44,6 @@ def decay_routing(rule: str, decay_embeddings: bool) -> dict[str, Route]:
 
 
 def build_adamw(model: nn.Module, hp: AdamWHyperparameters, loop: Loop) -> torch.optim.AdamW:
-    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
-              for route, params in routed_params(model, decay_routing("adamw", hp.decay_embeddings))]
+    groups = weight_decay_groups(model, decay_routing("adamw", hp.decay_embeddings), hp.weight_decay)
     return torch.optim.AdamW(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps,
                              fused=loop.device_type in ("cuda", "cpu"))

@@ -27,7 +27,7 @@ import torch.nn as nn
 
 from optim.adamw import decay_routing
 from optim.contract import GroupState, Hyperparameters, Loop, beta, setting
-from optim.routing import routed_params
+from optim.routing import weight_decay_groups
 from optim.rules import GroupwiseOptimizer
 
 
@@ -132,7 +132,6 @@ def build_ademamix(model: nn.Module, hp: AdEMAMixHyperparameters, loop: Loop) ->
     def warmup(steps: int) -> int | None:
         return loop.total_iters if steps == -1 else steps or None
 
-    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
-              for route, params in routed_params(model, decay_routing("ademamix", hp.decay_embeddings))]
+    groups = weight_decay_groups(model, decay_routing("ademamix", hp.decay_embeddings), hp.weight_decay)
     return AdEMAMix(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2, hp.beta3), alpha=hp.alpha,
                     beta3_warmup=warmup(hp.beta3_warmup), alpha_warmup=warmup(hp.alpha_warmup), eps=hp.eps)

@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from optim.adamw import decay_routing
 from optim.contract import Hyperparameters, Loop, beta, setting
-from optim.routing import routed_params
+from optim.routing import weight_decay_groups
 from optim.rules import GroupwiseOptimizer
 
 
@@ -73,6 +73,5 @@ class Lion(GroupwiseOptimizer):
 
 
 def build_lion(model: nn.Module, hp: LionHyperparameters, loop: Loop) -> Lion:
-    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
-              for route, params in routed_params(model, decay_routing("lion", hp.decay_embeddings))]
+    groups = weight_decay_groups(model, decay_routing("lion", hp.decay_embeddings), hp.weight_decay)
     return Lion(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2))

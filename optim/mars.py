@@ -64,7 +64,7 @@ from optim.rules import (
     MARS_ADAMW, MARS_LION, GroupwiseOptimizer, adam_state, adam_step_scalars, adamw_update, decoupled_step_,
     mars_momentum_, scalar_tensor,
 )
-from optim.routing import Route, routed_params, routing
+from optim.routing import Route, routing, weight_decay_groups
 
 MARS_TYPES = ("mars-adamw", "mars-lion", "mars-shampoo")
 MARS_NAMES = {"mars-adamw": "MARS", "mars-lion": "MARS-Lion", "mars-shampoo": "MARS-Shampoo"}
@@ -262,8 +262,7 @@ def build_mars(model: nn.Module, hp: MARSHyperparameters, loop: Loop) -> MARS:
     weight_decay_1d unless optimize_1d (see the module docstring), as the routing table says."""
     table = routing(Route("mars", True), Route("mars", hp.decay_embeddings),
                     Route("mars", False) if hp.optimize_1d else Route("adamw", False, lr="lr_1d"))
-    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
-              for route, params in routed_params(model, table, key=lambda route: route.decay)]
+    groups = weight_decay_groups(model, table, hp.weight_decay, key=lambda route: route.decay)
     return MARS(
         groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps, weight_decay=hp.weight_decay,
         amsgrad=hp.amsgrad, gamma=hp.gamma, is_approx=hp.is_approx, mars_type=hp.mars_type,

@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from optim.adamw import decay_routing
 from optim.contract import Hyperparameters, Loop, beta, setting
-from optim.routing import routed_params
+from optim.routing import weight_decay_groups
 
 
 @dataclass
@@ -52,7 +52,6 @@ class NAdamW(torch.optim.NAdam):
 
 
 def build_nadamw(model: nn.Module, hp: NAdamWHyperparameters, loop: Loop) -> NAdamW:
-    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
-              for route, params in routed_params(model, decay_routing("nadamw", hp.decay_embeddings))]
+    groups = weight_decay_groups(model, decay_routing("nadamw", hp.decay_embeddings), hp.weight_decay)
     return NAdamW(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps,
                              momentum_decay=hp.momentum_decay, decoupled_weight_decay=True, foreach=True)

@@ -5,8 +5,9 @@ A GPT's parameters are of four kinds: attention and mlp (the blocks' 2-D weights
 token and position tables; the lm_head is tied to the token table, one parameter) and 1d (biases and
 LayerNorm weights). An optimizer's routing gives each kind a Route: the update rule it takes, whether
 it takes the group's weight decay, and which setting is its peak learning rate (the loop's
-learning_rate, or e.g. lr_1d for the AdamW that Muon and MARS run on the 1-D parameters). Every builder makes its param groups from its routing with
-routed_params(), and the diagnostics report update sizes by the same kinds.
+learning_rate, or e.g. lr_1d for the AdamW that Muon and MARS run on the 1-D parameters). Every
+builder makes its param groups from its routing with routed_params() (weight_decay_groups() for the
+usual decay / no-decay groups), and the diagnostics report update sizes by the same kinds.
 """
 
 from __future__ import annotations
@@ -56,3 +57,10 @@ def routed_params(model: nn.Module, table: dict[str, Route], key: Callable[[Rout
         if id(p) in kind_of:
             routed[key(table[kind_of[id(p)]])][1].append(p)
     return [(route, params) for route, params in routed.values() if params]
+
+
+def weight_decay_groups(model: nn.Module, table: dict[str, Route], weight_decay: float,
+                        key: Callable[[Route], Hashable] = lambda route: route) -> list[dict]:
+    """routed_params as param groups whose weight_decay is weight_decay where the route decays, else 0."""
+    return [dict(params=params, weight_decay=weight_decay if route.decay else 0.0)
+            for route, params in routed_params(model, table, key)]

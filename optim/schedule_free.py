@@ -22,7 +22,7 @@ import torch.nn as nn
 from config import ConfigError
 from optim.adamw import decay_routing
 from optim.contract import EvaluationWeights, GroupState, Hyperparameters, Loop, beta, setting
-from optim.routing import routed_params
+from optim.routing import weight_decay_groups
 
 
 @dataclass
@@ -74,8 +74,7 @@ def schedule_free_adamw_class() -> type[torch.optim.Optimizer]:
 
 def build_schedule_free_adamw(model: nn.Module, hp: ScheduleFreeAdamWHyperparameters, loop: Loop
                               ) -> torch.optim.Optimizer:
-    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
-              for route, params in routed_params(model, decay_routing("schedule-free-adamw", hp.decay_embeddings))]
+    groups = weight_decay_groups(model, decay_routing("schedule-free-adamw", hp.decay_embeddings), hp.weight_decay)
     optimizer = schedule_free_adamw_class()(
         groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps, warmup_steps=hp.sf_warmup_steps,
         r=hp.sf_r, weight_lr_power=hp.sf_weight_lr_power, foreach=True)

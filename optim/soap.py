@@ -33,7 +33,7 @@ import torch.nn as nn
 from config import ConfigError
 from optim.adamw import decay_routing
 from optim.contract import Hyperparameters, Loop, beta, setting
-from optim.routing import routed_params
+from optim.routing import weight_decay_groups
 from optim.rules import GroupwiseOptimizer
 
 
@@ -157,8 +157,7 @@ def project(tensor: torch.Tensor, bases: list[torch.Tensor | None], back: bool =
 
 
 def build_soap(model: nn.Module, hp: SOAPHyperparameters, loop: Loop) -> SOAP:
-    groups = [dict(params=params, weight_decay=hp.weight_decay if route.decay else 0.0)
-              for route, params in routed_params(model, decay_routing("soap", hp.decay_embeddings))]
+    groups = weight_decay_groups(model, decay_routing("soap", hp.decay_embeddings), hp.weight_decay)
     return SOAP(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), shampoo_beta=hp.shampoo_beta, eps=hp.eps,
                 precondition_frequency=hp.precondition_frequency, max_precond_dim=hp.max_precond_dim,
                 precondition_1d=hp.precondition_1d)
