@@ -26,12 +26,15 @@ from scripts.report import Run, markdown_table, welch
 
 SIZES = {"4K": 4096, "16K": 16384, "64K": 65536}
 BASE = ["config/mini.py", "config/ladder.py"]
-# optimizer -> (its recipe after BASE, learning rates tried first at 4K; each 4x in batch doubles them)
+# optimizer -> (its recipe after BASE, learning rates tried first at 4K, their factor per 4x in batch).
+# AdamW's and MARS-approx's grids ran first, four rates doubling per size; MARS-exact (two passes a step)
+# and Muon start from three rates, the same at every size: MARS-exact's around MARS-approx's optima
+# (they share the paper's hyperparameters), Muon's around its mini-reproduction rate (4e-2).
 LADDER = {
-    "adamw": ("config/mini_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3)),
-    "mars_approx": ("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2)),
-    "mars_exact": ("config/mini_mars.py --is_approx=False", (1.5e-3, 3e-3, 6e-3, 1.2e-2)),
-    "muon": ("config/mini_muon.py", (1e-2, 2e-2, 4e-2, 8e-2)),
+    "adamw": ("config/mini_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3), 2),
+    "mars_approx": ("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2), 2),
+    "mars_exact": ("config/mini_mars.py --is_approx=False", (3e-3, 6e-3, 1.2e-2), 1),
+    "muon": ("config/mini_muon.py", (2e-2, 4e-2, 8e-2), 1),
 }
 # Fresh seeds at the tuned point: the tuning seed's loss is the best of its grid (biased low, the more so
 # the more rates an optimizer tried), so it stays out of the comparison.
@@ -59,7 +62,7 @@ def run_grid(folder: str, grids: dict[str, list[float]], seeds: tuple[int, ...],
              extra: list[str]) -> None:
     """One sweep over every recipe's learning rates (finished runs are skipped)."""
     argv = [folder, *BASE, *extra, "--jobs", str(jobs), "--seeds", ",".join(map(str, seeds))]
-    for optimizer, (recipe, _) in LADDER.items():
+    for optimizer, (recipe, _, _) in LADDER.items():
         for size, tokens_per_step in SIZES.items():
             name = recipe_name(optimizer, size)
             if name in grids:
@@ -78,8 +81,8 @@ def best_rate(folder: str, name: str, rates: list[float], seed: int) -> float | 
 
 def tune(folder: str, tokens: int, jobs: int, extra: list[str]) -> dict[str, float]:
     """Each recipe's best rate on the tuning seed, the grid extended past an edge until it is interior."""
-    grids = {recipe_name(optimizer, size): [lr * 2 ** i for lr in rates]
-             for optimizer, (_, rates) in LADDER.items() for i, size in enumerate(SIZES)}
+    grids = {recipe_name(optimizer, size): [lr * factor ** i for lr in rates]
+             for optimizer, (_, rates, factor) in LADDER.items() for i, size in enumerate(SIZES)}
     for _ in range(MAX_EXTENSIONS + 1):
         run_grid(folder, grids, (TUNING_SEED,), tokens, jobs, extra)
         extended = False
