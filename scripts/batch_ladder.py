@@ -79,23 +79,26 @@ def best_rate(folder: str, name: str, rates: list[float], seed: int) -> float | 
     return lr if scores[lr] < float("inf") else None
 
 
+def widened(rates: list[float], best: float | None) -> list[float]:
+    """The grid with one more factor-2 value past the edge the best rate sits on (as it was: interior)."""
+    if best == rates[-1]:
+        return rates + [rates[-1] * 2]
+    if best == rates[0]:
+        return [rates[0] / 2] + rates
+    return rates
+
+
 def tune(folder: str, tokens: int, jobs: int, extra: list[str]) -> dict[str, float]:
-    """Each recipe's best rate on the tuning seed, the grid extended past an edge until it is interior."""
+    """Each recipe's best rate on the tuning seed, the grid widened past an edge until the best is interior."""
     grids = {recipe_name(optimizer, size): [lr * factor ** i for lr in rates]
              for optimizer, (_, rates, factor) in LADDER.items() for i, size in enumerate(SIZES)}
     for _ in range(MAX_EXTENSIONS + 1):
         run_grid(folder, grids, (TUNING_SEED,), tokens, jobs, extra)
-        extended = False
-        for name, rates in grids.items():
-            best = best_rate(folder, name, rates, TUNING_SEED)
-            if best == rates[-1]:
-                rates.append(rates[-1] * 2)
-                extended = True
-            elif best == rates[0]:
-                rates.insert(0, rates[0] / 2)
-                extended = True
-        if not extended:
+        widened_grids = {name: widened(rates, best_rate(folder, name, rates, TUNING_SEED))
+                         for name, rates in grids.items()}
+        if widened_grids == grids:
             break
+        grids = widened_grids
     shutil.copy(os.path.join(folder, "sweep.md"), os.path.join(folder, "tuning.md"))
     return {name: best_rate(folder, name, rates, TUNING_SEED) for name, rates in grids.items()}
 

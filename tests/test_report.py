@@ -199,3 +199,15 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
     assert f"| 4K | mars_exact | {difference:+.4f} | {t:.2f} | {p:.3g} |" in text and p < 0.05
     assert "| mars_exact | 4K | 0.300 | 0.500 |" in text  # cos 0.2, 0.3, 0.4 over the seeds
     assert (tmp_path / "report" / "ladder.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_batch_ladder_widens_a_grid_past_the_edge_its_best_rate_sits_on():
+    """Tuning goes on past an edge: a best rate at the top adds double the top, at the bottom half the
+    bottom; an interior best leaves the grid as it was (which ends the tuning)."""
+    from scripts import batch_ladder
+
+    grid = [1e-3, 2e-3, 4e-3]
+    assert batch_ladder.widened(grid, 4e-3) == [1e-3, 2e-3, 4e-3, 8e-3]
+    assert batch_ladder.widened(grid, 1e-3) == [5e-4, 1e-3, 2e-3, 4e-3]
+    assert batch_ladder.widened(grid, 2e-3) == grid
+    assert batch_ladder.widened(grid, None) == grid  # nothing finished: nothing to follow
