@@ -19,6 +19,7 @@ import argparse
 import os
 import shutil
 import statistics
+from typing import NamedTuple
 
 from runtime import at_least
 from scripts import sweep
@@ -71,10 +72,14 @@ def run_grid(folder: str, grids: dict[str, list[float]], seeds: tuple[int, ...],
     sweep.main(argv)
 
 
-def best_rate(folder: str, name: str, rates: list[float], seed: int) -> float | None:
-    """The rate with the lowest best validation loss of `seed` (None: none finished)."""
-    scores = {lr: sweep.score(folder, sweep.Point(name, (("learning_rate", lr_text(lr)),)), [seed]).mean
-              for lr in rates}
+def tuning_score(folder: str, name: str, lr: float) -> sweep.Score:
+    """The tuning seed's score at one rate of a recipe (no losses, no divergence: not run to its end yet)."""
+    return sweep.score(folder, sweep.Point(name, (("learning_rate", lr_text(lr)),)), [TUNING_SEED])
+
+
+def best_rate(folder: str, name: str, rates: list[float]) -> float | None:
+    """The rate with the tuning seed's lowest best validation loss (None: none finished)."""
+    scores = {lr: tuning_score(folder, name, lr).mean for lr in rates}
     lr = min(scores, key=scores.get)
     return lr if scores[lr] < float("inf") else None
 
@@ -94,29 +99,43 @@ def tune(folder: str, tokens: int, jobs: int, extra: list[str]) -> dict[str, flo
              for optimizer, (_, rates, factor) in LADDER.items() for i, size in enumerate(SIZES)}
     for _ in range(MAX_EXTENSIONS + 1):
         run_grid(folder, grids, (TUNING_SEED,), tokens, jobs, extra)
-        widened_grids = {name: widened(rates, best_rate(folder, name, rates, TUNING_SEED))
+        widened_grids = {name: widened(rates, best_rate(folder, name, rates))
                          for name, rates in grids.items()}
         if widened_grids == grids:
             break
         grids = widened_grids
     shutil.copy(os.path.join(folder, "sweep.md"), os.path.join(folder, "tuning.md"))
-    return {name: best_rate(folder, name, rates, TUNING_SEED) for name, rates in grids.items()}
+    return {name: best_rate(folder, name, rates) for name, rates in grids.items()}
 
 
-def tuned_runs(folder: str) -> dict[str, tuple[float, list[Run]]]:
-    """Each recipe's tuned rate (best on the tuning seed among the rates run) and its finished seeds there."""
+class Tuned(NamedTuple):
+    lr: float  # the best rate on the tuning seed among the rates it finished
+    interior: bool  # a rate tried on each side of it (finished or diverged): the optimum is bracketed
+    runs: list[Run]  # the fresh seeds finished at it
+
+
+def tuned_runs(folder: str) -> dict[str, Tuned]:
+    """Each recipe's tuned rate and its finished fresh seeds there (recipes whose tuning ran at all)."""
     out = {}
     for optimizer in LADDER:
         for size in SIZES:
             name = recipe_name(optimizer, size)
-            rates = sorted(float(d.split("=", 1)[1]) for d in os.listdir(os.path.join(folder, name))
-                           if d.startswith("learning_rate=")) if os.path.isdir(os.path.join(folder, name)) else []
-            lr = best_rate(folder, name, rates, TUNING_SEED) if rates else None
+            recipe_folder = os.path.join(folder, name)
+            rates = [float(d.split("=", 1)[1]) for d in os.listdir(recipe_folder)
+                     if d.startswith("learning_rate=")] if os.path.isdir(recipe_folder) else []
+            # a rate that diverged brackets the optimum as well as one that finished
+            tried = sorted(lr for lr in rates if (score := tuning_score(folder, name, lr)).losses or score.diverged)
+            lr = best_rate(folder, name, tried) if tried else None
             if lr is not None:
                 point = sweep.Point(name, (("learning_rate", lr_text(lr)),))
                 runs = [sweep.finished_run(point.seed_folder(folder, seed)) for seed in SEEDS]
-                out[name] = (lr, [run for run in runs if run is not None])
+                out[name] = Tuned(lr, tried[0] < lr < tried[-1], [run for run in runs if run is not None])
     return out
+
+
+def seed_runs(tuned: dict[str, Tuned], optimizer: str, size: str) -> list[Run]:
+    """The fresh seeds at an optimizer's tuned rate for one size (none: not tuned there yet)."""
+    return tuned[recipe_name(optimizer, size)].runs if recipe_name(optimizer, size) in tuned else []
 
 
 def at_equal_passes(run: Run) -> float:
@@ -143,21 +162,23 @@ def report(folder: str) -> str:
     rows, tests, diagnostics = [], [], []
     for optimizer in LADDER:
         for size in SIZES:
-            lr, runs = tuned.get(recipe_name(optimizer, size), (None, []))
+            runs = seed_runs(tuned, optimizer, size)
             losses = [r.best_val_loss for r in runs]
             if losses:
+                point = tuned[recipe_name(optimizer, size)]
+                lr = f"{point.lr:g}" if point.interior else f"{point.lr:g} (edge)"
                 spread = f" ± {statistics.stdev(losses):.4f}" if len(losses) > 1 else ""
                 equal = ""
                 if runs[0].passes_per_step > 1:
                     equal = f"{statistics.mean(at_equal_passes(r) for r in runs):.4f}"
-                rows.append([optimizer, size, f"{lr:g}", f"{statistics.mean(losses):.4f}{spread}", equal, str(len(losses))])
+                rows.append([optimizer, size, lr, f"{statistics.mean(losses):.4f}{spread}", equal, str(len(losses))])
             cos, clipped = diagnostic_mean(runs, "mars/grad_cos"), diagnostic_mean(runs, "mars/clipped_fraction")
             if cos is not None:
                 diagnostics.append([optimizer, size, f"{cos:.3f}", f"{clipped:.3f}"])
     for size in SIZES:
-        adamw = [r.best_val_loss for r in tuned.get(recipe_name("adamw", size), (None, []))[1]]
+        adamw = [r.best_val_loss for r in seed_runs(tuned, "adamw", size)]
         for optimizer in ("mars_approx", "mars_exact"):
-            mars = [r.best_val_loss for r in tuned.get(recipe_name(optimizer, size), (None, []))[1]]
+            mars = [r.best_val_loss for r in seed_runs(tuned, optimizer, size)]
             if len(adamw) > 1 and len(mars) > 1:
                 difference, t, p = welch(mars, adamw)
                 tests.append([size, optimizer, f"{difference:+.4f}", f"{t:.2f}", f"{p:.3g}"])
@@ -166,7 +187,8 @@ def report(folder: str) -> str:
         "Best validation loss (nats per byte; mean ± std over the fresh seeds 2, 3, 4) at each optimizer's "
         "tuned learning rate (tuned on seed 1). 'at equal passes': MARS-exact's best within the forward-backward "
         "passes the others spend, read from its own run halfway through its schedule (the learning rate still "
-        "high there: a bound that favours the others).",
+        "high there: a bound that favours the others). '(edge)': the tuned rate is the largest or smallest "
+        "the tuning finished, so the optimum may lie past it.",
         markdown_table(["optimizer", "tokens per step", "tuned lr", "best val loss", "at equal passes", "seeds"], rows),
         "Welch's t-test, MARS minus AdamW (negative: MARS better):",
         markdown_table(["tokens per step", "MARS", "mean difference", "t", "p"], tests) if tests else "(no seeds yet)",
@@ -180,8 +202,8 @@ def report(folder: str) -> str:
 
     fig, (loss_ax, cos_ax, clip_ax) = plt.subplots(1, 3, figsize=(15, 4))
     for i, optimizer in enumerate(LADDER):
-        points = [(SIZES[size], tuned[recipe_name(optimizer, size)][1]) for size in SIZES
-                  if tuned.get(recipe_name(optimizer, size), (None, []))[1]]
+        points = [(SIZES[size], seed_runs(tuned, optimizer, size)) for size in SIZES
+                  if seed_runs(tuned, optimizer, size)]
         if not points:
             continue
         xs = [x for x, _ in points]

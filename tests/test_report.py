@@ -169,13 +169,13 @@ def test_curves_against_passes_count_mars_exact_twice_and_band_the_seeds(tmp_pat
 
 def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
     """scripts/batch_ladder.py's report on synthetic runs: the tuned rate is the tuning seed's best, the
-    table shows its seeds' mean, Welch's test of MARS against AdamW at that size, MARS-exact at equal
+    table shows its seeds' mean and whether the rate is bracketed, Welch's test of MARS against AdamW at that size, MARS-exact at equal
     passes, and the diagnostics' means."""
     from scripts import batch_ladder
 
-    def ladder_run(recipe, lr, seed, losses, **config):
+    def ladder_run(recipe, lr, seed, losses, last_step=None, **config):
         folder = tmp_path / recipe / f"learning_rate={lr}" / f"seed{seed}"
-        write_run(folder, losses, total_iters=8, seed=seed, learning_rate=float(lr), total_batch_size=4096,
+        write_run(folder, losses, total_iters=8, last_step=last_step, seed=seed, learning_rate=float(lr), total_batch_size=4096,
                   micro_batch_size=16, block_size=256, **config)
         rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
         for row in rows:
@@ -188,13 +188,18 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
     ladder_run("adamw@4K", "0.004", 2, [5.0, 3.0, 2.40])
     ladder_run("adamw@4K", "0.004", 3, [5.0, 3.0, 2.42])
     ladder_run("adamw@4K", "0.004", 4, [5.0, 3.0, 2.44])
+    ladder_run("adamw@4K", "0.008", 1, [5.0, 9.0], last_step=4)
+    (tmp_path / "adamw@4K" / "learning_rate=0.008" / "seed1" / "diverged.txt").write_text("nan")  # brackets 0.004
+    ladder_run("mars_exact@4K", "0.0015", 1, [5.0, 3.0, 2.5])
+    ladder_run("mars_exact@4K", "0.006", 1, [5.0, 4.0], last_step=4)  # unfinished: brackets nothing yet
     for seed, loss in ((1, 2.2), (2, 2.30), (3, 2.31), (4, 2.35)):
         ladder_run("mars_exact@4K", "0.003", seed, [5.0, 2.89 + seed / 100, loss], optimizer="mars", is_approx=False)
     text = batch_ladder.report(str(tmp_path))
 
-    assert "| adamw | 4K | 0.004 | 2.4200 ± 0.0200 |  | 3 |" in text
+    assert "| adamw | 4K | 0.004 | 2.4200 ± 0.0200 |  | 3 |" in text  # bracketed by 0.002 and a divergence
     # at equal passes: the evaluation at half the tokens (step 4 of 8): 2.91, 2.92, 2.93
-    assert "| mars_exact | 4K | 0.003 | 2.3200 ± 0.0265 | 2.9200 | 3 |" in text
+    # a finished rate below 0.003, an unfinished one above: not bracketed
+    assert "| mars_exact | 4K | 0.003 (edge) | 2.3200 ± 0.0265 | 2.9200 | 3 |" in text
     difference, t, p = report.welch([2.30, 2.31, 2.35], [2.40, 2.42, 2.44])
     assert f"| 4K | mars_exact | {difference:+.4f} | {t:.2f} | {p:.3g} |" in text and p < 0.05
     assert "| mars_exact | 4K | 0.300 | 0.500 |" in text  # cos 0.2, 0.3, 0.4 over the seeds
