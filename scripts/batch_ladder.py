@@ -110,8 +110,13 @@ def tune(folder: str, tokens: int, jobs: int, extra: list[str]) -> dict[str, flo
 
 class Tuned(NamedTuple):
     lr: float  # the best rate on the tuning seed among the rates it finished
-    interior: bool  # a rate tried on each side of it (finished or diverged): the optimum is bracketed
-    runs: list[Run]  # the fresh seeds finished at it
+    tuning: dict[float, float]  # each rate tried on the tuning seed -> its best validation loss (inf: diverged)
+    runs: list[Run]  # the fresh seeds finished at lr
+
+    @property
+    def interior(self) -> bool:
+        """A rate tried on each side of the best (finished or diverged): the optimum is bracketed."""
+        return min(self.tuning) < self.lr < max(self.tuning)
 
 
 def tuned_runs(folder: str) -> dict[str, Tuned]:
@@ -123,13 +128,13 @@ def tuned_runs(folder: str) -> dict[str, Tuned]:
             recipe_folder = os.path.join(folder, name)
             rates = [float(d.split("=", 1)[1]) for d in os.listdir(recipe_folder)
                      if d.startswith("learning_rate=")] if os.path.isdir(recipe_folder) else []
-            # a rate that diverged brackets the optimum as well as one that finished
-            tried = sorted(lr for lr in rates if (score := tuning_score(folder, name, lr)).losses or score.diverged)
-            lr = best_rate(folder, name, tried) if tried else None
+            scores = {lr: tuning_score(folder, name, lr) for lr in sorted(rates)}
+            tuning = {lr: score.mean for lr, score in scores.items() if score.losses or score.diverged}
+            lr = best_rate(folder, name, list(tuning)) if tuning else None
             if lr is not None:
                 point = sweep.Point(name, (("learning_rate", lr_text(lr)),))
                 runs = [sweep.finished_run(point.seed_folder(folder, seed)) for seed in SEEDS]
-                out[name] = Tuned(lr, tried[0] < lr < tried[-1], [run for run in runs if run is not None])
+                out[name] = Tuned(lr, tuning, [run for run in runs if run is not None])
     return out
 
 
@@ -159,21 +164,26 @@ def report(folder: str) -> str:
     tuned = tuned_runs(folder)
     out = os.path.join(folder, "report")
     os.makedirs(out, exist_ok=True)
-    rows, tests, diagnostics = [], [], []
+    rows, tests, diagnostics, tuning = [], [], [], []
     for optimizer in LADDER:
         for size in SIZES:
-            runs = seed_runs(tuned, optimizer, size)
-            losses = [r.best_val_loss for r in runs]
+            point = tuned.get(recipe_name(optimizer, size))
+            if point is None:
+                continue
+            tried = [f"{lr:g}: {loss:.3f}" for lr, loss in point.tuning.items()]
+            tried = [f"**{text}**" if lr == point.lr else text for lr, text in zip(point.tuning, tried)]
+            tuning.append([optimizer, size, ", ".join(tried)])
+            losses = [r.best_val_loss for r in point.runs]
             if losses:
-                point = tuned[recipe_name(optimizer, size)]
                 lr = f"{point.lr:g}" if point.interior else f"{point.lr:g} (edge)"
                 spread = f" ± {statistics.stdev(losses):.4f}" if len(losses) > 1 else ""
                 equal = ""
-                if runs[0].passes_per_step > 1:
-                    equal = f"{statistics.mean(at_equal_passes(r) for r in runs):.4f}"
+                if point.runs[0].passes_per_step > 1:
+                    equal = f"{statistics.mean(at_equal_passes(r) for r in point.runs):.4f}"
                 rows.append([optimizer, size, lr, f"{statistics.mean(losses):.4f}{spread}", equal, str(len(losses))])
-            cos, clipped = diagnostic_mean(runs, "mars/grad_cos"), diagnostic_mean(runs, "mars/clipped_fraction")
+            cos = diagnostic_mean(point.runs, "mars/grad_cos")
             if cos is not None:
+                clipped = diagnostic_mean(point.runs, "mars/clipped_fraction")
                 diagnostics.append([optimizer, size, f"{cos:.3f}", f"{clipped:.3f}"])
     for size in SIZES:
         adamw = [r.best_val_loss for r in seed_runs(tuned, "adamw", size)]
@@ -190,6 +200,9 @@ def report(folder: str) -> str:
         "high there: a bound that favours the others). '(edge)': the tuned rate is the largest or smallest "
         "the tuning finished, so the optimum may lie past it.",
         markdown_table(["optimizer", "tokens per step", "tuned lr", "best val loss", "at equal passes", "seeds"], rows),
+        "The tuning: the tuning seed's best validation loss at each learning rate tried (inf: diverged), the "
+        "tuned rate in bold:",
+        markdown_table(["optimizer", "tokens per step", "learning rate: best val loss"], tuning),
         "Welch's t-test, MARS minus AdamW (negative: MARS better):",
         markdown_table(["tokens per step", "MARS", "mean difference", "t", "p"], tests) if tests else "(no seeds yet)",
         "MARS's diagnostics, mean over the logged steps: cos(g_t, g_prev) and the fraction of tensors whose "

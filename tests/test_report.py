@@ -202,7 +202,8 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
     assert "| mars_exact | 4K | 0.003 (edge) | 2.3200 ± 0.0265 | 2.9200 | 3 |" in text
     difference, t, p = report.welch([2.30, 2.31, 2.35], [2.40, 2.42, 2.44])
     assert f"| 4K | mars_exact | {difference:+.4f} | {t:.2f} | {p:.3g} |" in text and p < 0.05
-    assert "| mars_exact | 4K | 0.300 | 0.500 |" in text  # cos 0.2, 0.3, 0.4 over the seeds
+    assert "| mars_exact | 4K | 0.300 | 0.500 |" in text
+    assert "| adamw | 4K | 0.002: 2.500, **0.004: 2.300**, 0.008: inf |" in text  # the tuning; inf: diverged  # cos 0.2, 0.3, 0.4 over the seeds
     assert (tmp_path / "report" / "ladder.png").read_bytes().startswith(PNG_MAGIC)
 
 
