@@ -148,6 +148,11 @@ def at_equal_passes(run: Run) -> float:
     return min(v[3] for v in run.val if v[1] * run.passes_per_step <= run.budget)
 
 
+# metrics.jsonl key -> its title in the table and the figure
+DIAGNOSTICS = (("mars/grad_cos", "cos(g_t, g_prev)"), ("mars/clipped_fraction", "MARS: tensors with c clipped"),
+               ("clip_rate", "steps with the gradient norm clipped"))
+
+
 def diagnostic_mean(runs: list[Run], key: str) -> float | None:
     """The mean over the runs' logged training rows of one diagnostic (None: not logged)."""
     values = [row[key] for run in runs for row in run.train_rows if key in row]
@@ -181,10 +186,9 @@ def report(folder: str) -> str:
                 if point.runs[0].passes_per_step > 1:
                     equal = f"{statistics.mean(at_equal_passes(r) for r in point.runs):.4f}"
                 rows.append([optimizer, size, lr, f"{statistics.mean(losses):.4f}{spread}", equal, str(len(losses))])
-            cos = diagnostic_mean(point.runs, "mars/grad_cos")
-            if cos is not None:
-                clipped = diagnostic_mean(point.runs, "mars/clipped_fraction")
-                diagnostics.append([optimizer, size, f"{cos:.3f}", f"{clipped:.3f}"])
+            means = [diagnostic_mean(point.runs, key) for key, _ in DIAGNOSTICS]
+            if any(mean is not None for mean in means):
+                diagnostics.append([optimizer, size, *("" if mean is None else f"{mean:.3f}" for mean in means)])
     for size in SIZES:
         adamw = [r.best_val_loss for r in seed_runs(tuned, "adamw", size)]
         for optimizer in ("mars_approx", "mars_exact"):
@@ -205,15 +209,17 @@ def report(folder: str) -> str:
         markdown_table(["optimizer", "tokens per step", "learning rate: best val loss"], tuning),
         "Welch's t-test, MARS minus AdamW (negative: MARS better):",
         markdown_table(["tokens per step", "MARS", "mean difference", "t", "p"], tests) if tests else "(no seeds yet)",
-        "MARS's diagnostics, mean over the logged steps: cos(g_t, g_prev) and the fraction of tensors whose "
-        "corrected gradient was clipped:",
-        markdown_table(["optimizer", "tokens per step", "cos(g, g_prev)", "clipped fraction"], diagnostics),
+        "The diagnostics, mean over the fresh seeds' logged steps: MARS's cos(g_t, g_prev) and fraction of tensors "
+        "whose corrected gradient c was clipped (to norm 1), and every optimizer's fraction of steps whose "
+        "gradient norm was clipped (grad_clip):",
+        markdown_table(["optimizer", "tokens per step", *(title for _, title in DIAGNOSTICS)], diagnostics),
         "![ladder](ladder.png)",
     ]) + "\n"
     with open(os.path.join(out, "ladder.md"), "w") as f:
         f.write(text)
 
-    fig, (loss_ax, cos_ax, clip_ax) = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    loss_ax, *diagnostic_axes = axes.flat
     for i, optimizer in enumerate(LADDER):
         points = [(SIZES[size], seed_runs(tuned, optimizer, size)) for size in SIZES
                   if seed_runs(tuned, optimizer, size)]
@@ -225,14 +231,15 @@ def report(folder: str) -> str:
         loss_ax.plot(xs, means, marker="o", color=f"C{i}", label=optimizer)
         loss_ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                              color=f"C{i}", alpha=0.2)
-        for ax, key in ((cos_ax, "mars/grad_cos"), (clip_ax, "mars/clipped_fraction")):
+        for ax, (key, _) in zip(diagnostic_axes, DIAGNOSTICS):
             values = [(x, diagnostic_mean(runs, key)) for x, runs in points]
             values = [(x, v) for x, v in values if v is not None]
             if values:
                 ax.plot(*zip(*values), marker="o", color=f"C{i}", label=optimizer)
-    for ax, title in ((loss_ax, "best validation loss (mean ± std over seeds)"), (cos_ax, "cos(g_t, g_prev)"),
-                      (clip_ax, "fraction of tensors with c clipped")):
+    titles = ["best validation loss (mean ± std over seeds)", *(title for _, title in DIAGNOSTICS)]
+    for ax, title in zip((loss_ax, *diagnostic_axes), titles):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(list(SIZES.values()), list(SIZES))
         ax.set_xlabel("tokens per step")
         ax.set_title(title)
         ax.grid(alpha=0.3)

@@ -175,12 +175,14 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
 
     def ladder_run(recipe, lr, seed, losses, last_step=None, **config):
         folder = tmp_path / recipe / f"learning_rate={lr}" / f"seed{seed}"
-        write_run(folder, losses, total_iters=8, last_step=last_step, seed=seed, learning_rate=float(lr), total_batch_size=4096,
-                  micro_batch_size=16, block_size=256, **config)
+        write_run(folder, losses, total_iters=8, last_step=last_step, seed=seed, learning_rate=float(lr),
+                  total_batch_size=4096, micro_batch_size=16, block_size=256, **config)
         rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
         for row in rows:
-            if row["type"] == "train" and config.get("optimizer") == "mars":
-                row.update({"mars/grad_cos": 0.1 * seed, "mars/clipped_fraction": 0.5})
+            if row["type"] == "train":
+                row["clip_rate"] = 0.25 * (seed - 1)
+                if config.get("optimizer") == "mars":
+                    row.update({"mars/grad_cos": 0.1 * seed, "mars/clipped_fraction": 0.5})
         (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     ladder_run("adamw@4K", "0.002", 1, [5.0, 3.0, 2.50])
@@ -202,8 +204,9 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
     assert "| mars_exact | 4K | 0.003 (edge) | 2.3200 ± 0.0265 | 2.9200 | 3 |" in text
     difference, t, p = report.welch([2.30, 2.31, 2.35], [2.40, 2.42, 2.44])
     assert f"| 4K | mars_exact | {difference:+.4f} | {t:.2f} | {p:.3g} |" in text and p < 0.05
-    assert "| mars_exact | 4K | 0.300 | 0.500 |" in text
-    assert "| adamw | 4K | 0.002: 2.500, **0.004: 2.300**, 0.008: inf |" in text  # the tuning; inf: diverged  # cos 0.2, 0.3, 0.4 over the seeds
+    assert "| mars_exact | 4K | 0.300 | 0.500 | 0.500 |" in text  # cos 0.2, 0.3, 0.4; clip rate 0.25, 0.5, 0.75
+    assert "| adamw | 4K |  |  | 0.500 |" in text
+    assert "| adamw | 4K | 0.002: 2.500, **0.004: 2.300**, 0.008: inf |" in text  # the tuning; inf: diverged
     assert (tmp_path / "report" / "ladder.png").read_bytes().startswith(PNG_MAGIC)
 
 
