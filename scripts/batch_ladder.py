@@ -1,17 +1,17 @@
 """
 The batch-size ladder: the CPU testbed's optimizer ranking as a function of tokens per step.
 
-    python -m scripts.batch_ladder out/ladder --jobs 2   # not yet run to its end: about 2.5 hours on 2 free cores, estimated
+    python -m scripts.batch_ladder out/ladder --jobs 2   # 86 runs, about 2 h 40 min on 2 cores
 
 Every optimizer of LADDER runs the same token budget (config/ladder.py: 4.19M tokens) at each size of
 SIZES (4K, 16K and 64K tokens per step: 1,024, 256 and 64 steps), warmup and evaluation at the same
 tokens. Its learning rate is tuned per size with scripts/sweep.py (one seed, a factor-2 grid that
-grows by one value past an edge until the best rate is interior), then the best rate runs three fresh
-seeds (2, 3, 4). MARS-exact takes two forward-backward passes per step: the report also reads it at the passes the
+grows by one value past an edge until the best rate is interior, up to MAX_EXTENSIONS times), then the
+best rate runs three fresh seeds (2, 3, 4). MARS-exact takes two forward-backward passes per step: the report also reads it at the passes the
 others spend (report.py --x passes). Runs in <folder>/<optimizer>@<size>/learning_rate=<lr>/seed<N>/;
 rerunning resumes what is not done. Then the report, in <folder>/report/ (--report-only: just that):
-ladder.md (each optimizer's tuned rate and best validation loss per size, Welch's tests of MARS
-against AdamW, the diagnostics) and ladder.png (best validation loss and the diagnostics against
+ladder.md (each optimizer's tuned rate and best validation loss per size, the tuning, Welch's tests
+of MARS against AdamW, the diagnostics) and ladder.png (best validation loss and the diagnostics against
 tokens per step).
 """
 
