@@ -54,4 +54,4 @@ class NAdamW(torch.optim.NAdam):
 def build_nadamw(model: nn.Module, hp: NAdamWHyperparameters, loop: Loop) -> NAdamW:
     groups = weight_decay_groups(model, decay_routing("nadamw", hp.decay_embeddings), hp.weight_decay)
     return NAdamW(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps,
-                             momentum_decay=hp.momentum_decay, decoupled_weight_decay=True, foreach=True)
+                  momentum_decay=hp.momentum_decay, decoupled_weight_decay=True, foreach=True)

@@ -7,12 +7,12 @@ Every optimizer of LADDER runs the same token budget (config/ladder.py: 4.19M to
 SIZES (4K, 16K and 64K tokens per step: 1,024, 256 and 64 steps), warmup and evaluation at the same
 tokens. Its learning rate is tuned per size with scripts/sweep.py (one seed, a factor-2 grid that
 grows by one value past an edge until the best rate is interior, up to MAX_EXTENSIONS times), then the
-best rate runs three fresh seeds (2, 3, 4). MARS-exact takes two forward-backward passes per step: the report also reads it at the passes the
-others spend (report.py --x passes). Runs in <folder>/<optimizer>@<size>/learning_rate=<lr>/seed<N>/;
-rerunning resumes what is not done. Then the report, in <folder>/report/ (--report-only: just that):
-ladder.md (each optimizer's tuned rate and best validation loss per size, the tuning, Welch's tests
-of MARS against AdamW, the diagnostics) and ladder.png (best validation loss and the diagnostics against
-tokens per step).
+best rate runs three fresh seeds (2, 3, 4). MARS-exact takes two forward-backward passes per step: the
+report also reads it at the passes the others spend (report.py --x passes). Runs in
+<folder>/<optimizer>@<size>/learning_rate=<lr>/seed<N>/; rerunning resumes what is not done. Then the
+report, in <folder>/report/ (--report-only: just that): ladder.md (each optimizer's tuned rate and
+best validation loss per size, the tuning, Welch's tests of MARS against AdamW, the diagnostics) and
+ladder.png (best validation loss and the diagnostics against tokens per step).
 """
 
 import argparse
@@ -77,11 +77,15 @@ def tuning_score(folder: str, name: str, lr: float) -> sweep.Score:
     return sweep.score(folder, sweep.Point(name, (("learning_rate", lr_text(lr)),)), [TUNING_SEED])
 
 
+def lowest(losses: dict[float, float]) -> float | None:
+    """The rate with the lowest loss (None: none finished; a diverged or unrun rate's loss is inf)."""
+    lr = min(losses, key=losses.get)
+    return lr if losses[lr] < float("inf") else None
+
+
 def best_rate(folder: str, name: str, rates: list[float]) -> float | None:
     """The rate with the tuning seed's lowest best validation loss (None: none finished)."""
-    scores = {lr: tuning_score(folder, name, lr).mean for lr in rates}
-    lr = min(scores, key=scores.get)
-    return lr if scores[lr] < float("inf") else None
+    return lowest({lr: tuning_score(folder, name, lr).mean for lr in rates})
 
 
 def widened(rates: list[float], best: float | None) -> list[float]:
@@ -99,13 +103,13 @@ def tune(folder: str, tokens: int, jobs: int, extra: list[str]) -> dict[str, flo
              for optimizer, (_, rates, factor) in LADDER.items() for i, size in enumerate(SIZES)}
     for _ in range(MAX_EXTENSIONS + 1):
         run_grid(folder, grids, (TUNING_SEED,), tokens, jobs, extra)
-        widened_grids = {name: widened(rates, best_rate(folder, name, rates))
-                         for name, rates in grids.items()}
+        best = {name: best_rate(folder, name, rates) for name, rates in grids.items()}
+        widened_grids = {name: widened(rates, best[name]) for name, rates in grids.items()}
         if widened_grids == grids:
             break
         grids = widened_grids
     shutil.copy(os.path.join(folder, "sweep.md"), os.path.join(folder, "tuning.md"))
-    return {name: best_rate(folder, name, rates) for name, rates in grids.items()}
+    return best
 
 
 class Tuned(NamedTuple):
@@ -130,7 +134,7 @@ def tuned_runs(folder: str) -> dict[str, Tuned]:
                      if d.startswith("learning_rate=")] if os.path.isdir(recipe_folder) else []
             scores = {lr: tuning_score(folder, name, lr) for lr in sorted(rates)}
             tuning = {lr: score.mean for lr, score in scores.items() if score.losses or score.diverged}
-            lr = best_rate(folder, name, list(tuning)) if tuning else None
+            lr = lowest(tuning) if tuning else None
             if lr is not None:
                 point = sweep.Point(name, (("learning_rate", lr_text(lr)),))
                 runs = [sweep.finished_run(point.seed_folder(folder, seed)) for seed in SEEDS]
@@ -175,9 +179,9 @@ def report(folder: str) -> str:
             point = tuned.get(recipe_name(optimizer, size))
             if point is None:
                 continue
-            tried = [f"{lr:g}: {loss:.3f}" for lr, loss in point.tuning.items()]
-            tried = [f"**{text}**" if lr == point.lr else text for lr, text in zip(point.tuning, tried)]
-            tuning.append([optimizer, size, ", ".join(tried)])
+            tried = {lr: f"{lr:g}: {loss:.3f}" for lr, loss in point.tuning.items()}
+            tried[point.lr] = f"**{tried[point.lr]}**"
+            tuning.append([optimizer, size, ", ".join(tried.values())])
             losses = [r.best_val_loss for r in point.runs]
             if losses:
                 lr = f"{point.lr:g}" if point.interior else f"{point.lr:g} (edge)"
@@ -221,8 +225,7 @@ def report(folder: str) -> str:
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     loss_ax, *diagnostic_axes = axes.flat
     for i, optimizer in enumerate(LADDER):
-        points = [(SIZES[size], seed_runs(tuned, optimizer, size)) for size in SIZES
-                  if seed_runs(tuned, optimizer, size)]
+        points = [(SIZES[size], runs) for size in SIZES if (runs := seed_runs(tuned, optimizer, size))]
         if not points:
             continue
         xs = [x for x, _ in points]

@@ -169,8 +169,8 @@ def test_curves_against_passes_count_mars_exact_twice_and_band_the_seeds(tmp_pat
 
 def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
     """scripts/batch_ladder.py's report on synthetic runs: the tuned rate is the tuning seed's best, the
-    table shows its seeds' mean and whether the rate is bracketed, Welch's test of MARS against AdamW at that size, MARS-exact at equal
-    passes, and the diagnostics' means."""
+    table shows its seeds' mean and whether the rate is bracketed, Welch's test of MARS against AdamW at
+    that size, MARS-exact at equal passes, the tuning, and the diagnostics' means."""
     from scripts import batch_ladder
 
     def ladder_run(recipe, lr, seed, losses, last_step=None, **config):
