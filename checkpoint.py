@@ -10,6 +10,13 @@ a link to the best-validation one, optionally stays too). So the last good
 checkpoint is never touched before the next one is durable. Resume tries them
 newest first and takes the first whose checksum matches and which loads.
 
+A sharded run (data_parallel=fsdp) writes ckpt_<step>/ instead, a folder every rank writes its own
+shards into through torch.distributed.checkpoint (DCP), so no rank gathers the model: DCP's files
+(model and optimizer state, any world size can read them back), meta.pt (everything else below) and,
+written last, manifest.json (each file's size and sha256, by relative name, so a copied folder
+verifies). It is written as ckpt_<step>.tmp/ and renamed when complete; ckpt_best links to the best
+one. Resume, eval, sample and export read either format, at any world size and parallelism.
+
 A checkpoint is a dict (torch.save, loadable with weights_only=True):
   model, optimizer, scaler        state_dicts
   step, tokens_seen, best_val_loss
@@ -22,17 +29,26 @@ A checkpoint is a dict (torch.save, loadable with weights_only=True):
 
 import glob
 import hashlib
+import json
 import os
 import re
+import shutil
 import sys
+from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from typing import IO, Any
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.tensor import DTensor
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
+)
 
 from data.shards import atomic_write, file_sha256, fsync_directory
 from model import GPT, GPTConfig
-from optim.contract import GroupState
+from optim.contract import GroupState, needs_second_gradient
 from runtime import InputError, device_type, resolve_dtype, write_failure
 
 LATEST = "ckpt.pt"
@@ -98,11 +114,17 @@ def save_checkpoint(out_dir: str, state: dict, keep: int, best: bool = False, ke
             os.remove(path)  # complete but unverifiable, and it takes the space the next try needs
         raise CheckpointError(f"could not write checkpoint {path} {write_failure(e)}; then resume with "
                               f"--init_from=resume. The previous checkpoints in {out_dir} are untouched") from e
-    for old in step_checkpoints(out_dir)[keep:]:
-        for p in (old, checksum_path(old)):
-            if os.path.exists(p):
-                os.remove(p)
+    rotate(out_dir, keep)
     return path
+
+
+def rotate(out_dir: str, keep: int) -> None:
+    """Remove the checkpoints beyond the newest `keep` (a sharded one ckpt_best links to stays)."""
+    best = os.path.join(out_dir, "ckpt_best")
+    kept = os.path.realpath(best) if os.path.islink(best) else None
+    for old in step_checkpoints(out_dir)[keep:]:
+        if os.path.realpath(old) != kept:
+            remove_checkpoint(old)
 
 
 def _link(target: str, link: str) -> None:
@@ -121,9 +143,18 @@ def _link(target: str, link: str) -> None:
 
 
 def step_checkpoints(out_dir: str) -> list[str]:
-    """The ckpt_<step>.pt files in out_dir, newest first."""
-    paths = [p for p in glob.glob(os.path.join(out_dir, "ckpt_*.pt")) if re.fullmatch(r"ckpt_\d+\.pt", os.path.basename(p))]
-    return sorted(paths, reverse=True)
+    """The ckpt_<step>.pt files and ckpt_<step>/ folders in out_dir, newest first."""
+    paths = [p for p in glob.glob(os.path.join(out_dir, "ckpt_*")) if re.fullmatch(r"ckpt_\d+(\.pt)?", os.path.basename(p))]
+    return sorted(paths, key=lambda p: int(re.findall(r"\d+", os.path.basename(p))[0]), reverse=True)
+
+
+def remove_checkpoint(path: str) -> None:
+    """A checkpoint file with its checksum, or a sharded checkpoint's folder."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    for p in (path, checksum_path(path)):
+        if os.path.isfile(p):
+            os.remove(p)
 
 
 def has_checkpoint(out_dir: str) -> bool:
@@ -166,7 +197,10 @@ def load_checkpoint(path: str, verify: bool = True, log=_to_stderr) -> dict:
     moves what it uses to its device (CUDA RNG states, for one, must stay CPU tensors).
     verify=False skips the sha256 pass (a resume's other ranks: rank 0 has verified the file)."""
     if not os.path.exists(path):
-        raise CheckpointError(f"no checkpoint at {path}; check the path (train.py writes <out_dir>/ckpt.pt)")
+        raise CheckpointError(f"no checkpoint at {path}; check the path (train.py writes <out_dir>/ckpt.pt, or "
+                              "<out_dir>/ckpt_<step>/ under data_parallel=fsdp)")
+    if os.path.isdir(path):
+        return load_sharded_meta(path, verify)
     problem = verify_checksum(path, log) if verify else None
     if problem:
         raise CheckpointError(f"{path}: {problem}")
@@ -235,25 +269,61 @@ class RunState:
     best_val_loss: float = float("inf")
 
 
-def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                   run: RunState, config: dict, model_args: dict, rng: list[dict], fingerprint: list,
-                   code_version: str) -> dict:
-    """The dict a checkpoint holds (see the module docstring)."""
-    return dict(model=model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-                step=run.step, tokens_seen=run.step * config["total_batch_size"], best_val_loss=run.best_val_loss,
-                config=config, model_args=model_args, rng=rng, loader=dict(seed=config["seed"], next_step=run.step),
-                data_fingerprint=fingerprint, code_version=code_version)
+def run_meta(scaler: torch.amp.GradScaler, run: RunState, config: dict, model_args: dict, rng: list[dict],
+             fingerprint: list, code_version: str) -> dict:
+    """What a checkpoint holds besides the model and optimizer state_dicts (see the module docstring)."""
+    return dict(scaler=scaler.state_dict(), step=run.step, tokens_seen=run.step * config["total_batch_size"],
+                best_val_loss=run.best_val_loss, config=config, model_args=model_args, rng=rng,
+                loader=dict(seed=config["seed"], next_step=run.step), data_fingerprint=fingerprint,
+                code_version=code_version)
+
+
+class FileCheckpoints:
+    """Writes a run's checkpoints as single files (save_checkpoint), from rank 0; the interface of
+    ShardedCheckpoints, which a sharded run uses."""
+
+    def __init__(self, out_dir: str, keep: int, keep_best: bool, asynchronous: bool = False):
+        self.out_dir, self.keep, self.keep_best = out_dir, keep, keep_best
+
+    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict, best: bool) -> str:
+        """Rank 0 writes the checkpoint; every rank learns whether it could (a failed write stops them all)."""
+        path, error = step_path(self.out_dir, meta["step"]), None
+        if _rank() == 0:
+            try:
+                save_checkpoint(self.out_dir, meta | dict(model=model.state_dict(), optimizer=optimizer.state_dict()),
+                                self.keep, best, self.keep_best)
+            except CheckpointError as e:
+                error = str(e)
+        if dist.is_initialized():
+            holder = [error]
+            dist.broadcast_object_list(holder, src=0)
+            error = holder[0]
+        if error:
+            raise CheckpointError(error)
+        return path
+
+    def finish(self) -> None:
+        pass
 
 
 def restore_training_state(ckpt: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                            scaler: torch.amp.GradScaler) -> RunState:
     """Load the state_dicts. The optimizer's moments (and the run state some keep in their param groups,
     optim.contract.GroupState) come from the checkpoint, its hyperparameters from the current config
-    (resume prints what changed)."""
-    model.load_state_dict(ckpt["model"])
+    (resume prints what changed). A single-file checkpoint loads into a model and optimizer of any
+    parallelism, a sharded one (ckpt["path"], a folder) too: DCP reshards it to this run's ranks."""
     kept = ("params", *(optimizer.group_state_keys if isinstance(optimizer, GroupState) else ()))
     hyperparameters = [{k: v for k, v in g.items() if k not in kept} for g in optimizer.param_groups]
-    optimizer.load_state_dict(ckpt["optimizer"])
+    if "path" in ckpt:  # a sharded checkpoint's meta: the state_dicts are in DCP's files beside it
+        load_sharded_state(ckpt["path"], model, optimizer)
+    elif any(isinstance(p, DTensor) for p in model.parameters()):  # a single file into a sharded model
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, ckpt["model"], options=options)
+        set_optimizer_state_dict(model, optimizer, named_optimizer_state(ckpt["optimizer"], model, optimizer),
+                                 options=options)
+    else:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
     for group, fresh in zip(optimizer.param_groups, hyperparameters):
         group.update(fresh)
     scaler.load_state_dict(ckpt["scaler"])
@@ -263,10 +333,17 @@ def restore_training_state(ckpt: dict, model: torch.nn.Module, optimizer: torch.
 def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> GPT:
     """The model a loaded checkpoint holds, on device, in eval mode. Built on the meta device and
     given the checkpoint's tensors, so the host holds the weights once (memory-mapped) and nothing
-    else of the checkpoint is read."""
+    else of the checkpoint is read; from a sharded checkpoint, DCP reads the model's entries alone."""
     model_args = ckpt["model_args"]
+    config = GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)})
+    if "path" in ckpt:
+        model = GPT(config)  # on the CPU: DCP reads into existing tensors
+        state = get_model_state_dict(model)
+        dcp.load({"model": state}, checkpoint_id=ckpt["path"])
+        set_model_state_dict(model, state)
+        return model.to(device).eval()
     with torch.device("meta"):
-        model = GPT(GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)}))
+        model = GPT(config)
     model.load_state_dict(ckpt["model"], assign=True)
     model.tie_weights()  # assign gave the embedding and the head separate Parameters
     return model.to(device).eval()
@@ -282,3 +359,216 @@ def load_model(path: str, device: str | torch.device = "cpu") -> tuple[GPT, str]
 def tokenizer_of(ckpt: dict) -> str:
     """The tokenizer a checkpoint's run trained on (runs from before the setting: gpt2)."""
     return ckpt.get("config", {}).get("tokenizer", "gpt2")
+
+
+# ----------------------------------------------------------------------------- sharded checkpoints (DCP)
+
+META = "meta.pt"  # what a sharded checkpoint holds besides the state_dicts (training_state without them)
+MANIFEST = "manifest.json"  # each file's size and sha256, written last: its presence means complete
+
+
+class ShardedCheckpoints:
+    """Writes a sharded run's checkpoints: every rank its own shards of the model and optimizer state
+    (DCP), rank 0 the rest; then each rank hashes the files it wrote, and rank 0 writes the manifest
+    and renames ckpt_<step>.tmp/ to ckpt_<step>/. With asynchronous, save() returns once the state is
+    copied to host memory and DCP writes while training goes on; the manifest and rename wait for
+    finish(), which the next save() and the end of the run call (a collective, as save() is).
+    Async writes use a gloo group of their own, so that they never interleave with training's."""
+
+    def __init__(self, out_dir: str, keep: int, keep_best: bool, asynchronous: bool):
+        self.out_dir, self.keep, self.keep_best, self.asynchronous = out_dir, keep, keep_best, asynchronous
+        self.group = dist.new_group(backend="gloo") if asynchronous and dist.is_initialized() else None
+        self.pending: tuple[Future | None, str, bool] | None = None
+
+    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict, best: bool) -> str:
+        """Start writing ckpt_<step>/ (finishing the previous save first); returns its path."""
+        self.finish()
+        final = os.path.join(self.out_dir, f"ckpt_{meta['step']:07d}")
+        tmp, rank = final + ".tmp", _rank()
+        error = None
+        if rank == 0:
+            try:
+                if os.path.lexists(tmp):  # a save that was killed: never complete, never loaded
+                    shutil.rmtree(tmp)
+                os.makedirs(tmp)
+                torch.save(meta, os.path.join(tmp, META))
+            except OSError as e:
+                error = f"could not write checkpoint {final} {write_failure(e)}"
+        _raise_if_any(error, self.out_dir)
+        state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
+        writer = dcp.FileSystemWriter(tmp, sync_files=True)
+        future = None
+        try:
+            if self.asynchronous:  # (on its own copy: DCP's cannot copy FSDP2's shards, views of padded storage)
+                future = dcp.async_save(torch.utils._pytree.tree_map(_own_copy, state), storage_writer=writer,
+                                        process_group=self.group)
+            else:
+                dcp.save(state, storage_writer=writer)
+        except Exception as e:  # DCP raises the failure of any rank's write on every rank
+            error = f"could not write checkpoint {final}: {_first_line(e)}"
+        self.pending = (future, tmp, best)
+        if error is not None or not self.asynchronous:
+            self.finish(error)
+        return final
+
+    def finish(self, error: str | None = None) -> None:
+        """Complete the pending save: wait for its writes, hash, manifest, rename, rotate."""
+        if self.pending is None:
+            return
+        (future, tmp, best), self.pending = self.pending, None
+        final = tmp.removesuffix(".tmp")
+        if future is not None:
+            try:
+                future.result()
+            except Exception as e:
+                error = error or f"could not write checkpoint {final}: {_first_line(e)}"
+        rank, files = _rank(), {}
+        if error is None:
+            try:
+                files = {name: _file_record(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))
+                         if name.startswith(f"__{rank}_") or (rank == 0 and not name.startswith("__"))}
+            except OSError as e:
+                error = f"could not read back checkpoint {final} {write_failure(e)}"
+        records = [(files, error)]
+        if dist.is_initialized():
+            records = [None] * dist.get_world_size()
+            dist.all_gather_object(records, (files, error))
+        errors = [e for _, e in records if e]
+        if rank == 0:
+            try:
+                if not errors:
+                    manifest = {name: record for rank_files, _ in records for name, record in rank_files.items()}
+                    with atomic_write(os.path.join(tmp, MANIFEST), "w") as f:
+                        json.dump({"files": manifest}, f, indent=1)
+                    if os.path.isdir(final):  # the same step saved before (a resume that skipped it)
+                        shutil.rmtree(final)
+                    os.replace(tmp, final)
+                    fsync_directory(self.out_dir)
+                    if best and self.keep_best:
+                        _symlink(os.path.basename(final), os.path.join(self.out_dir, "ckpt_best"))
+                    rotate(self.out_dir, self.keep)
+                elif os.path.isdir(tmp):
+                    shutil.rmtree(tmp, ignore_errors=True)  # it takes the space the next try needs
+            except OSError as e:
+                errors.append(f"could not complete checkpoint {final} {write_failure(e)}")
+                shutil.rmtree(tmp, ignore_errors=True)
+        _raise_if_any(errors[0] if errors else None, self.out_dir)
+
+
+def _own_copy(value: Any) -> Any:
+    """A tensor's copy in memory of its own (a DTensor's: its local block's), on the CPU."""
+    if isinstance(value, DTensor):
+        block = value.to_local().to("cpu", copy=True)
+        return DTensor.from_local(block, value.device_mesh, value.placements, run_check=False, shape=value.shape,
+                                  stride=value.stride())
+    return value.to("cpu", copy=True) if isinstance(value, torch.Tensor) else value
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def _raise_if_any(error: str | None, out_dir: str) -> None:
+    """Every rank raises rank 0's error (or the first rank's it gathered); a collective."""
+    if dist.is_initialized():
+        holder = [error]
+        dist.broadcast_object_list(holder, src=0)
+        error = holder[0]
+    if error:
+        raise CheckpointError(f"{error}; then resume with --init_from=resume. The previous checkpoints in "
+                              f"{out_dir} are untouched")
+
+
+def _file_record(path: str) -> dict:
+    return {"bytes": os.path.getsize(path), "sha256": file_sha256(path)}
+
+
+def _symlink(target: str, link: str) -> None:
+    """Atomically make `link` a relative symbolic link to target (a folder beside it)."""
+    tmp = link + ".tmp"
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def verify_manifest(path: str) -> str | None:
+    """None when every file manifest.json lists has its size and sha256; else why not."""
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            files = json.load(f)["files"]
+    except FileNotFoundError:
+        return "it has no manifest.json (a save that did not complete)"
+    except (OSError, ValueError, KeyError) as e:
+        return f"its manifest.json is unreadable ({type(e).__name__}: {e})"
+    for name, record in files.items():
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            return f"{name} is missing"
+        if os.path.getsize(file) != record["bytes"]:
+            return f"{name} has {os.path.getsize(file)} bytes, the manifest records {record['bytes']} (cut short)"
+        if file_sha256(file) != record["sha256"]:
+            return f"{name}'s sha256 differs from the manifest's (corrupt)"
+    return None
+
+
+def load_sharded_meta(path: str, verify: bool = True) -> dict:
+    """A sharded checkpoint's meta.pt (verified against the manifest first), with "path": the folder."""
+    problem = verify_manifest(path) if verify else None
+    if problem:
+        raise CheckpointError(f"{path}: {problem}")
+    try:
+        meta = torch.load(os.path.join(path, META), map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{path}/{META} is not readable ({_first_line(e)}); use an intact checkpoint "
+                              "(resume falls back to an older one)") from e
+    return meta | {"path": path}
+
+
+def initialize_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create every parameter's optimizer state (a step on zero gradients at learning rate 0, as
+    torch.distributed.checkpoint.state_dict does, MARS-exact's stash included) so that a checkpoint's
+    state can be read into it."""
+    if optimizer.state:
+        return
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    if needs_second_gradient(optimizer):
+        optimizer.stash_grad_for_next_step()
+    lrs = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+    optimizer.step()
+    for group, lr in zip(optimizer.param_groups, lrs):
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+
+
+def load_sharded_state(path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Read a sharded checkpoint's model and optimizer state into this run's (any world size, sharded
+    or not): DCP reads each rank's part of every tensor."""
+    initialize_optimizer_state(optimizer)
+    state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
+    try:
+        dcp.load(state, checkpoint_id=path)
+    except Exception as e:
+        raise CheckpointError(f"{path} could not be read into this run ({_first_line(e)})") from e
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+
+
+def named_optimizer_state(state_dict: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """An optimizer state_dict keyed by parameter index (torch's, a single-file checkpoint's) keyed by
+    parameter name instead (DCP's), for this optimizer's parameter order."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    initialize_optimizer_state(optimizer)
+    return {"state": {order[i]: value for i, value in state_dict["state"].items()},
+            "param_groups": [{**group, "params": [order[i] for i in group["params"]]}
+                             for group in state_dict["param_groups"]]}

@@ -24,11 +24,10 @@ from typing import IO, ContextManager
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from checkpoint import (
-    CheckpointError, RunState, check_resumable, has_checkpoint, load_checkpoint, load_latest, restore_training_state,
-    save_checkpoint, training_state,
+    CheckpointError, FileCheckpoints, RunState, ShardedCheckpoints, check_resumable, has_checkpoint, load_checkpoint,
+    load_latest, restore_training_state, run_meta,
 )
 from config import ConfigError, TrainConfig
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
@@ -40,9 +39,10 @@ from optim.contract import EvaluationWeights, VarianceReduction, evaluation_weig
 from optim.diagnostics import update_and_weight_rms, weights_before_step
 from optim.routing import parameter_kinds
 from optim.schedule import set_learning_rates
+from parallel import check_parallelism, clip_grad_norm_, gradient_sync, parallelize
 from runlog import RunLog, lock_out_dir
 from runtime import (
-    InputError, Runtime, StopSignal, Watchdog, all_reduce_sum, any_rank, autocast_context, broadcast_from_main,
+    InputError, Runtime, StopSignal, Watchdog, all_reduce_sum, autocast_context, broadcast_from_main,
     close_runtime, code_version, configure_device, exit_on_input_error, init_runtime, resolve_dtype,
 )
 
@@ -59,6 +59,7 @@ class Data:
     train_batches: TrainBatches
     val_windows: TokenWindows
     val_ids: np.ndarray  # this rank's share of the fixed validation windows
+    val_batches: int  # micro-batches of them per rank: the same on every rank (sharded forwards need it)
     fingerprint: list  # the training shards' names and sizes
 
 
@@ -67,8 +68,10 @@ def load_data(cfg: TrainConfig, rt: Runtime) -> Data:
     train_windows = TokenWindows(data_dir, "train", cfg.block_size, cfg.vocab_size)
     val_windows = TokenWindows(data_dir, "val", cfg.block_size, cfg.vocab_size)
     train_batches = TrainBatches(train_windows, cfg.seed, cfg.total_batch_size // cfg.block_size)
-    val_ids = validation_window_ids(val_windows, cfg.eval_sequences)[rt.rank :: rt.world_size]
-    return Data(train_batches, val_windows, val_ids, train_windows.fingerprint())
+    all_val_ids = validation_window_ids(val_windows, cfg.eval_sequences)
+    val_batches = math.ceil(math.ceil(len(all_val_ids) / rt.world_size) / cfg.micro_batch_size)
+    return Data(train_batches, val_windows, all_val_ids[rt.rank :: rt.world_size], val_batches,
+                train_windows.fingerprint())
 
 
 def check_out_dir(out_dir: str, resume: bool, eval_only: bool) -> None:
@@ -137,33 +140,11 @@ def gather_rng_states(rt: Runtime) -> list[dict]:
     return states
 
 
-def save_on_main_rank(state: dict, cfg: TrainConfig, best: bool, rt: Runtime, log: RunLog) -> None:
-    """Rank 0 writes the checkpoint; every rank learns whether it could (a failed write stops them all)."""
-    error = None
-    if rt.is_main:
-        try:
-            path = save_checkpoint(cfg.out_dir, state, cfg.ckpt_keep, best, cfg.ckpt_keep_best)
-            log.print(f"step {state['step']}: saved {path}")
-        except CheckpointError as e:
-            error = e
-    if any_rank(error is not None, rt.device):
-        raise error or CheckpointError("rank 0 could not write the checkpoint; see its error")
-
-
 def peak_flops(cfg: TrainConfig, device: torch.device) -> float:
     """The device's dense bf16 FLOP/s for MFU: the config's, else guessed from the GPU's name (0: no MFU)."""
     if cfg.peak_flops or device.type != "cuda":
         return cfg.peak_flops
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in torch.cuda.get_device_name(device)), 0.0)
-
-
-def ddp_bucket_mb(cfg: TrainConfig, model: GPT) -> float:
-    """DDP's gradient bucket size: the config's, else one transformer block's fp32 gradients. Compiled,
-    DDP splits the graph at every bucket boundary (to overlap the all-reduce with the backward), so
-    torch's default of 25 MB cut GPT-2 XL's graph ~250 times; a block per bucket cuts it n_layer times."""
-    if cfg.ddp_bucket_mb:
-        return cfg.ddp_bucket_mb
-    return 4 * sum(p.numel() for p in model.transformer.h[0].parameters()) / 2**20
 
 
 # -----------------------------------------------------------------------------
@@ -193,7 +174,7 @@ class StepContext:
         for micro_step in range(grad_accum):
             x, y = self.batches.micro_batch(batch_step, micro_step, cfg.micro_batch_size, rt.rank, rt.world_size)
             last_micro_step = micro_step == grad_accum - 1
-            with self.model.no_sync() if rt.distributed and not last_micro_step else nullcontext():
+            with gradient_sync(self.model, last_micro_step):
                 with self.autocast:
                     _, loss = self.model(to_device(x, rt.device), to_device(y, rt.device))
                     loss = loss / (grad_accum / cfg.grad_multiplier)
@@ -204,11 +185,7 @@ class StepContext:
     def clip_gradients(self) -> torch.Tensor:
         """Global gradient norm (before clipping), clipping to grad_clip when it is set."""
         self.scaler.unscale_(self.optimizer)
-        with_grad = [p for p in self.params if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm([p.grad for p in with_grad], foreach=True)
-        if self.cfg.grad_clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(with_grad, self.cfg.grad_clip, norm, foreach=True)
-        return norm
+        return clip_grad_norm_([p for p in self.params if p.grad is not None], self.cfg.grad_clip)
 
     def optimizer_step(self, step: int, diagnosed_kinds: dict[str, list[torch.Tensor]] | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -237,16 +214,19 @@ class StepContext:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, windows: TokenWindows, window_ids: np.ndarray, micro_batch_size: int, rt: Runtime,
-             autocast: ContextManager) -> float:
-    """Mean loss over the fixed validation windows (each rank scores its share)."""
+def evaluate(model: GPT, windows: TokenWindows, window_ids: np.ndarray, batches: int, micro_batch_size: int,
+             rt: Runtime, autocast: ContextManager) -> float:
+    """Mean loss over the fixed validation windows (each rank scores its share in `batches` forward
+    passes, the same count on every rank; a rank whose share has run out scores a window it ignores)."""
     model.eval()
     loss_sum = torch.zeros((), device=rt.device)
-    for i in range(0, len(window_ids), micro_batch_size):
-        x, y = windows.gather(window_ids[i : i + micro_batch_size])
+    for i in range(0, batches * micro_batch_size, micro_batch_size):
+        ids = window_ids[i : i + micro_batch_size]
+        x, y = windows.gather(ids if len(ids) else np.zeros(1, dtype=np.int64))
         with autocast:
             _, loss = model(to_device(x, rt.device), to_device(y, rt.device))
-        loss_sum += loss * len(x)
+        if len(ids):
+            loss_sum += loss * len(ids)
     model.train()
     totals = all_reduce_sum(torch.stack([loss_sum, torch.tensor(float(len(window_ids)), device=rt.device)]))
     return (totals[0] / totals[1]).item()
@@ -317,6 +297,7 @@ def print_sample(model: GPT, tokenizer: str, tokens: int, seed: int, device: tor
 def train(cfg: TrainConfig) -> int:
     """Train (or, eval_only, score the checkpoint); returns the exit status (StopSignal.exit_status)."""
     rt = init_runtime(cfg.device)
+    check_parallelism(cfg, rt)
     configure_device(rt.device, cfg.deterministic)
     dtype = resolve_dtype(cfg.dtype, rt.device)
     autocast = autocast_context(rt.device, dtype)
@@ -329,6 +310,7 @@ def train(cfg: TrainConfig) -> int:
     check_out_dir(cfg.out_dir, resume, cfg.eval_only)
     torch.manual_seed(cfg.seed)
     raw_model = GPT(GPTConfig(**cfg.model_args())).to(rt.device)
+    model = parallelize(raw_model, cfg, rt)  # (fsdp shards raw_model in place: the optimizer comes after)
     params = list(raw_model.parameters())
     optimizer = build_optimizer(raw_model, cfg, rt.device.type)
     if resume:
@@ -337,7 +319,8 @@ def train(cfg: TrainConfig) -> int:
         run = RunState()
         torch.manual_seed(cfg.seed + rt.rank)  # per-rank dropout streams; init above was identical
     if cfg.eval_only:
-        val_loss = evaluate(raw_model, data.val_windows, data.val_ids, cfg.micro_batch_size, rt, autocast)
+        val_loss = evaluate(raw_model, data.val_windows, data.val_ids, data.val_batches, cfg.micro_batch_size, rt,
+                                autocast)
         log.print(f"checkpoint of {cfg.out_dir} at step {run.step}: val loss {val_loss:.4f}")
         close_runtime(rt)
         return 0
@@ -348,10 +331,6 @@ def train(cfg: TrainConfig) -> int:
                           "checkpoint with --eval_only=True)")
     if resume and isinstance(optimizer, EvaluationWeights):
         optimizer.train_weights()  # its checkpoints hold the evaluation weights
-    model = torch.compile(raw_model) if cfg.compile else raw_model
-    if rt.distributed:
-        model = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
-                    bucket_cap_mb=ddp_bucket_mb(cfg, raw_model))
     version = code_version()
     log.open(cfg.out_dir, dict(config=cfg.to_dict(), code_version=version, world_size=rt.world_size,
                                grad_accum_steps=cfg.grad_accum_steps(rt.world_size), total_iters=total_iters,
@@ -367,6 +346,8 @@ def train(cfg: TrainConfig) -> int:
     stop = StopSignal()
     watchdog = Watchdog(cfg.step_timeout if rt.distributed else 0, rt.rank)  # a frozen rank stops the run
     window = LogWindow(rt.device)
+    checkpoints = (ShardedCheckpoints if cfg.data_parallel == "fsdp" else FileCheckpoints)(
+        cfg.out_dir, cfg.ckpt_keep, cfg.ckpt_keep_best, cfg.async_checkpoint)
     steps = StepContext(model, params, optimizer, scaler, data.train_batches, cfg, rt, autocast)
     start_step, ckpt_interval = run.step, cfg.ckpt_interval or cfg.eval_interval
 
@@ -385,7 +366,8 @@ def train(cfg: TrainConfig) -> int:
         # (Schedule-Free evaluates and saves other weights than it trains: optim/contract.py)
         with evaluation_weights(optimizer) if eval_due or hellaswag_due or save_due else nullcontext():
             if eval_due:
-                val_loss = evaluate(raw_model, data.val_windows, data.val_ids, cfg.micro_batch_size, rt, autocast)
+                val_loss = evaluate(raw_model, data.val_windows, data.val_ids, data.val_batches, cfg.micro_batch_size, rt,
+                                autocast)
                 if not math.isfinite(val_loss):
                     raise FloatingPointError(f"validation loss is {val_loss} at step {run.step}; the checkpoints in "
                                              f"{cfg.out_dir} are untouched")
@@ -401,11 +383,11 @@ def train(cfg: TrainConfig) -> int:
                                time=time.time()))
             if save_due:
                 window.mean_loss(rt, run.step, cfg.out_dir)  # never checkpoint a diverged run
-                state = training_state(raw_model, optimizer, scaler, run, cfg.to_dict(), cfg.model_args(),
-                                       gather_rng_states(rt), data.fingerprint, version)
+                meta = run_meta(scaler, run, cfg.to_dict(), cfg.model_args(), gather_rng_states(rt),
+                                data.fingerprint, version)
                 with watchdog.paused():  # rank 0 may write for many minutes while the others wait
-                    save_on_main_rank(state, cfg, new_best, rt, log)
-                del state
+                    path = checkpoints.save(raw_model, optimizer, meta, new_best)
+                log.print(f"step {run.step}: {'writing' if cfg.async_checkpoint else 'saved'} {path}")
         if stop_now:
             if stop.requested:
                 log.print(f"stopped by {stop.received or 'a signal on another rank'} at step {run.step}; "
@@ -431,8 +413,10 @@ def train(cfg: TrainConfig) -> int:
                       f"{row['grad_norm']:.3f} | clip {row['clip_rate']:.2f} | {row['tokens_per_s']:,.0f} tok/s | "
                       f"{row['ms_per_step']:.0f} ms/step" + (f" | mfu {100 * row['mfu']:.1f}%" if flops else ""))
 
+    with watchdog.paused():
+        checkpoints.finish()  # an asynchronous save still being written
     watchdog.close()
-    if cfg.sample_tokens and not stop.requested and rt.is_main:
+    if cfg.sample_tokens and not stop.requested:  # (every rank: a sharded model's forward is collective)
         with evaluation_weights(optimizer):
             print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
     log.close()

@@ -115,6 +115,11 @@ class TrainConfig:
     deterministic: bool = False
     peak_flops: float = 0.0  # for MFU; 0: guessed from the GPU's name
     ddp_bucket_mb: float = 0.0  # DDP gradient bucket size in MB (0: one transformer block's gradients)
+    # ddp: every rank holds the whole model and optimizer state; fsdp: each transformer block and the rest
+    # of the model sharded across ranks with FSDP2 (parallel.py), checkpoints written per rank through DCP
+    data_parallel: str = "ddp"
+    activation_checkpointing: bool = False  # recompute each block's activations in the backward pass
+    async_checkpoint: bool = False  # fsdp: write the checkpoint's shards while training goes on (dcp.async_save)
     # Seconds a step of a distributed run may take before the run stops with an error naming it: a frozen
     # or dead rank makes the others wait (runtime.Watchdog). Checkpoint writes keep 60 minutes. 0: no limit.
     step_timeout: float = 600.0
@@ -167,6 +172,7 @@ CHOICES = {  # the allowed values of the loop's keys that name a choice
     "lr_schedule": ("cosine", "constant", "wsd"),
     "min_lr_groups": ("scaled", "absolute"),
     "dtype": ("auto", "bfloat16", "float16", "float32"),
+    "data_parallel": ("ddp", "fsdp"),
 }
 
 
@@ -219,6 +225,16 @@ def _check_values(cfg: TrainConfig) -> None:
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the schedule decays "
                           "from learning_rate down to min_lr; lower min_lr")
+    if cfg.data_parallel == "fsdp" and cfg.hellaswag_interval:
+        raise ConfigError("hellaswag_interval runs under data_parallel='ddp' only (each rank scores its own "
+                          "examples, which sharded forwards cannot); set hellaswag_interval=0 and score the "
+                          "checkpoints with python -m eval.hellaswag")
+    if cfg.async_checkpoint and cfg.data_parallel != "fsdp":
+        raise ConfigError("async_checkpoint=True needs data_parallel='fsdp' (sharded checkpoints written through "
+                          "DCP); under ddp rank 0 writes one file: set async_checkpoint=False")
+    if cfg.data_parallel == "fsdp" and cfg.dtype == "float16":
+        raise ConfigError("dtype='float16' needs a gradient scaler, which sharded training does not use: "
+                          "use bfloat16 (or float32) with data_parallel='fsdp'")
     if cfg.hyperparameters is not None:
         cfg.hyperparameters.check_loop(cfg)
     if cfg.dtype == "float16" and cfg.hyperparameters is not None and cfg.hyperparameters.second_gradient():

@@ -11,6 +11,8 @@ The values are 0-d device tensors; the loop reads them with the rest of a log ro
 import torch
 import torch.nn as nn
 
+from optim.sharding import shard_group, squared_norms
+
 
 def weights_before_step(kinds: dict[str, list[nn.Parameter]]) -> dict[str, list[torch.Tensor]]:
     """A copy of the weights (one model's worth of memory, on log steps only)."""
@@ -46,7 +48,7 @@ def variance_reduction_stats(tensors_by_coefficient: dict[float, tuple[list[torc
         change_sq = change_sq + squared_norm(difference)
         torch._foreach_mul_(difference, k)
         torch._foreach_add_(difference, grads)  # now c = g + k (g - g_prev)
-        clipped.append((torch.stack(torch._foreach_norm(difference)) > 1.0).sum())
+        clipped.append((squared_norms(difference, shard_group(grads)) > 1.0).sum())
         del difference
         sum_sq = sum_sq + squared_norm(torch._foreach_add(grads, last_grads))
         grad_sq, last_sq = grad_sq + squared_norm(grads), last_sq + squared_norm(last_grads)
@@ -60,5 +62,5 @@ def variance_reduction_stats(tensors_by_coefficient: dict[float, tuple[list[torc
 
 
 def squared_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """sum of squares of all the tensors, in float64."""
-    return torch.stack(torch._foreach_norm(tensors)).double().pow(2).sum()
+    """sum of squares of all the tensors (whole tensors when sharded: optim/sharding.py), in float64."""
+    return squared_norms(tensors, shard_group(tensors)).double().sum()

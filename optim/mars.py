@@ -62,8 +62,9 @@ from optim.diagnostics import variance_reduction_stats
 from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
 from optim.rules import (
     MARS_ADAMW, MARS_LION, GroupwiseOptimizer, adam_state, adam_step_scalars, adamw_update, decoupled_step_,
-    mars_momentum_, scalar_tensor,
+    mars_momentum_, scalar_tensor, sharded_clip_scales,
 )
+from optim.sharding import local
 from optim.routing import Route, routing, weight_decay_groups
 
 MARS_TYPES = ("mars-adamw", "mars-lion", "mars-shampoo")
@@ -228,20 +229,22 @@ class MARS(KeptGradients, GroupwiseOptimizer):
             last_grads = [self._last_grad(p, state) for p, state in zip(subset, states)]
             exp_avgs, steps = [s["exp_avg"] for s in states], [s["step"] for s in states]
             lr_tensor = scalar_tensor(lr, subset[0])
+            clip_scales = sharded_clip_scales(grads, last_grads, gamma, beta1)  # [] unless sharded
             if rule == "mars-adamw":
                 step_sizes, inv_bias_correction2_sqrts = adam_step_scalars(steps, lr_tensor, beta1, beta2)
                 MARS_ADAMW(
                     [subset, grads, last_grads, exp_avgs, [s["exp_avg_sq"] for s in states],
-                     [s["max_exp_avg_sq"] for s in states] if amsgrad else [], step_sizes, inv_bias_correction2_sqrts],
+                     [s["max_exp_avg_sq"] for s in states] if amsgrad else [], step_sizes, inv_bias_correction2_sqrts,
+                     clip_scales],
                     lr_tensor, self.compiled, beta1=beta1, beta2=beta2, eps=eps, weight_decay=wd, gamma=gamma,
                 )
             elif rule == "mars-lion":
                 torch._foreach_add_(steps, 1.0)
-                MARS_LION([subset, grads, last_grads, exp_avgs], lr_tensor, self.compiled,
+                MARS_LION([subset, grads, last_grads, exp_avgs, clip_scales], lr_tensor, self.compiled,
                           beta1=beta1, weight_decay=wd, gamma=gamma)
             else:  # NS5's matrix products dominate: no compiled kernel needed for the momentum
                 torch._foreach_add_(steps, 1.0)
-                mars_momentum_(grads, last_grads, exp_avgs, beta1=beta1, gamma=gamma)
+                mars_momentum_(grads, last_grads, exp_avgs, beta1=beta1, gamma=gamma, clip_scales=clip_scales)
                 updates = newton_schulz5_across_ranks(torch._foreach_div(exp_avgs, 1.0 - beta1), 5, eps)
                 torch._foreach_mul_(updates, [muon_scale(*p.shape) for p in subset])
                 decoupled_step_(subset, updates, lr, wd)
@@ -253,6 +256,7 @@ def _rule(p: torch.Tensor, mars_type: str) -> str:
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = local([a, b])
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 

@@ -72,7 +72,7 @@ from config import ConfigError
 from optim.contract import Hyperparameters, Loop, beta, setting
 from optim.mars import KeptGradients
 from optim.moonlight import Moonlight, official_groups
-from optim.rules import mars_momentum_
+from optim.rules import mars_momentum_, sharded_clip_scales
 
 
 @dataclass
@@ -149,7 +149,8 @@ class MARSM(KeptGradients, Moonlight):
             return
         states = [self.state[p] for p in params]
         last_grads = [self._last_grad(p, state) for p, state in zip(params, states)]
-        mars_momentum_(grads, last_grads, buffers, beta1=beta, gamma=gamma, clip=self.clip_c)
+        mars_momentum_(grads, last_grads, buffers, beta1=beta, gamma=gamma, clip=self.clip_c,
+                       clip_scales=sharded_clip_scales(grads, last_grads, gamma, beta) if self.clip_c else [])
         self._orthogonalized_step(params, buffers, group)
         self._keep_last_grads(params, states)
 

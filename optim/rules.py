@@ -23,6 +23,8 @@ from collections.abc import Callable
 import torch
 from torch.optim import Optimizer
 
+from optim.sharding import local, shard_group, squared_norms
+
 Tensors = list[torch.Tensor]
 
 
@@ -61,13 +63,16 @@ def per_tensor_norms(tensors: Tensors) -> Tensors:
     return list(torch._foreach_norm(tensors))
 
 
-def corrected_gradients(grads: Tensors, last_grads: Tensors, gamma: float, beta1: float, clip: bool = True
-                        ) -> Tensors:
+def corrected_gradients(grads: Tensors, last_grads: Tensors, gamma: float, beta1: float, clip: bool = True,
+                        clip_scales: Tensors = ()) -> Tensors:
     """MARS's c = g + gamma * beta1/(1-beta1) * (g - g_prev), divided per tensor by max(1, ||c||_2)
-    unless clip is False."""
+    unless clip is False; clip_scales, when given, are those divisors' reciprocals (sharded_clip_scales)."""
     # lerp with weight 1 + k evaluates g - (g - g_prev) * (-k) in one pass.
     c = torch._foreach_lerp(last_grads, grads, 1.0 + gamma * beta1 / (1.0 - beta1))
     if not clip:
+        return c
+    if clip_scales:
+        torch._foreach_mul_(c, clip_scales)
         return c
     # "if ||c|| > 1: c = c / ||c||" as arithmetic, with no host sync; multiplying by
     # the scalar's reciprocal keeps divisions out of the element-wise loop.
@@ -76,6 +81,18 @@ def corrected_gradients(grads: Tensors, last_grads: Tensors, gamma: float, beta1
     torch._foreach_reciprocal_(scales)
     torch._foreach_mul_(c, scales)
     return c
+
+
+def sharded_clip_scales(grads: Tensors, last_grads: Tensors, gamma: float, beta1: float) -> Tensors:
+    """For sharded gradients (optim/sharding.py), 1 / max(1, ||c||_2) of each whole tensor's c, which the
+    rules then take as clip_scales (one all-reduce for all tensors); [] for unsharded ones, whose rules
+    compute them inside."""
+    group = shard_group(grads)
+    if group is None:
+        return []
+    c = corrected_gradients(local(grads), local(last_grads), gamma, beta1, clip=False)  # local blocks: 1/world of a model
+    scales = squared_norms(c, group).sqrt_().clamp_min_(1.0).reciprocal_().float()
+    return list(scales.unbind())
 
 
 def adam_step_scalars(steps: Tensors, lr: torch.Tensor, beta1: float, beta2: float) -> tuple[Tensors, Tensors]:
@@ -162,11 +179,11 @@ def uncorrected_eps_adamw_(
 
 def mars_adamw_(
     params: Tensors, grads: Tensors, last_grads: Tensors, exp_avgs: Tensors, exp_avg_sqs: Tensors,
-    max_exp_avg_sqs: Tensors, step_sizes: Tensors, inv_bias_correction2_sqrts: Tensors, lr: torch.Tensor, *,
-    beta1: float, beta2: float, eps: float, weight_decay: float, gamma: float,
+    max_exp_avg_sqs: Tensors, step_sizes: Tensors, inv_bias_correction2_sqrts: Tensors, clip_scales: Tensors,
+    lr: torch.Tensor, *, beta1: float, beta2: float, eps: float, weight_decay: float, gamma: float,
 ) -> None:
     """MARS-AdamW: the AdamW step on the corrected gradient c."""
-    c = corrected_gradients(grads, last_grads, gamma, beta1)
+    c = corrected_gradients(grads, last_grads, gamma, beta1, clip_scales=clip_scales)
     adam_moments_(exp_avgs, exp_avg_sqs, c, beta1, beta2)
     del c  # eagerly, the step's one temporary takes c's memory
     adam_step_(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_sizes, inv_bias_correction2_sqrts, lr, eps,
@@ -174,19 +191,21 @@ def mars_adamw_(
 
 
 def mars_lion_(
-    params: Tensors, grads: Tensors, last_grads: Tensors, exp_avgs: Tensors, lr: torch.Tensor, *,
-    beta1: float, weight_decay: float, gamma: float,
+    params: Tensors, grads: Tensors, last_grads: Tensors, exp_avgs: Tensors, clip_scales: Tensors,
+    lr: torch.Tensor, *, beta1: float, weight_decay: float, gamma: float,
 ) -> None:
     """MARS-Lion: m <- beta1 m + (1-beta1) c;  p <- p - lr * (sign(m) + weight_decay * p)."""
-    mars_momentum_(grads, last_grads, exp_avgs, beta1=beta1, gamma=gamma)
+    mars_momentum_(grads, last_grads, exp_avgs, beta1=beta1, gamma=gamma, clip_scales=clip_scales)
     decoupled_step_(params, torch._foreach_sign(exp_avgs), lr, weight_decay)
 
 
 def mars_momentum_(grads: Tensors, last_grads: Tensors, exp_avgs: Tensors, *, beta1: float, gamma: float,
-                   clip: bool = True) -> None:
+                   clip: bool = True, clip_scales: Tensors = ()) -> None:
     """m <- beta1 m + (1-beta1) c: MARS-Lion's first half, all of MARS-Shampoo's before NS5, and
-    MARS-M's momentum (which may leave c unclipped)."""
-    c = corrected_gradients(grads, last_grads, gamma, beta1, clip)
+    MARS-M's momentum (which may leave c unclipped). Sharded tensors update their local blocks, with
+    clip_scales from sharded_clip_scales."""
+    grads, last_grads, exp_avgs = local(grads), local(last_grads), local(exp_avgs)
+    c = corrected_gradients(grads, last_grads, gamma, beta1, clip, clip_scales)
     torch._foreach_lerp_(exp_avgs, c, 1.0 - beta1)
 
 
@@ -218,7 +237,9 @@ class RuleKernel:
         return torch.compile(self.rule, fullgraph=True)
 
     def __call__(self, tensor_lists: list[Tensors], lr: torch.Tensor, compiled: bool, **hyperparameters: float) -> None:
-        """Apply the rule; tensor_lists are its list arguments in order (an unused one empty)."""
+        """Apply the rule; tensor_lists are its list arguments in order (an unused one empty). Sharded
+        tensors (DTensors) are updated through their local blocks."""
+        tensor_lists = [local(tensors) for tensors in tensor_lists]
         done = 0
         if compiled and not self.compile_failed:
             try:

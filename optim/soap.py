@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -59,6 +60,11 @@ class SOAPHyperparameters(Hyperparameters):
 
     def display_name(self) -> str:
         return "SOAP"
+
+    def check_loop(self, cfg: Any) -> None:
+        if cfg.data_parallel == "fsdp":
+            raise ConfigError("SOAP keeps each matrix's eigenbases, which need whole matrices and are not "
+                              "sharded here yet: run SOAP with data_parallel='ddp'")
 
 
 class SOAP(GroupwiseOptimizer):

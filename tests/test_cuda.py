@@ -7,6 +7,7 @@ needs a CUDA device and skips without one.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -167,6 +168,32 @@ def test_bf16_compiled_training_lowers_the_loss_and_resumes_bit_exact(tiny_datas
     sa, sb = (torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["optimizer"]["state"]
               for out in (straight, halves))
     assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[i][key], sb[i][key]) for i in sa for key in sa[i])
+
+
+@needs_cuda
+def test_sigterm_preemption_of_a_compiled_bf16_run_resumes_bit_exact(tiny_dataset, tmp_path):
+    """The preemption drill: a compiled bf16 run stopped by a real SIGTERM mid-run, then resumed, ends
+    with the weights and optimizer state of an uninterrupted run, bit for bit."""
+    straight, preempted = str(tmp_path / "straight"), str(tmp_path / "preempted")
+    common = dict(max_iters=30, lr_decay_iters=30, eval_interval=100000, dropout=0.1, deterministic=True)
+    run_train(cuda_run_args(tiny_dataset, straight, **common))
+    args = cuda_run_args(tiny_dataset, preempted, log_interval=1, **common)
+    proc = subprocess.Popen([sys.executable, str(REPO / "train.py")] + args, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    for line in proc.stdout:  # compiled and training: the signal lands mid-run
+        if line.startswith("step 8/"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    stopped_at = torch.load(os.path.join(preempted, "ckpt.pt"), weights_only=True, mmap=True)["step"]
+    assert 8 <= stopped_at < 30, stopped_at
+    run_train(cuda_run_args(tiny_dataset, preempted, init_from="resume", **common))
+    a, b = load_weights(straight), load_weights(preempted)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    sa, sb = (torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["optimizer"]["state"]
+              for out in (straight, preempted))
     assert all(torch.equal(sa[i][key], sb[i][key]) for i in sa for key in sa[i])
 
 

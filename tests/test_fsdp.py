@@ -1,0 +1,117 @@
+"""
+Sharded training (data_parallel=fsdp, parallel.py): every optimizer of the registry ends where DDP and
+one process end, on CPU with gloo under torchrun. The file is also the torchrun script: its __main__
+trains every variant under the data_parallel it is given and rank 0 saves the whole weights.
+"""
+
+import os
+import subprocess
+import sys
+from contextlib import nullcontext
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import train
+from conftest import REPO
+from config import ConfigError
+from model import GPT, GPTConfig
+from optim import build_optimizer, load_config, mini_recipes
+from optim.routing import parameter_kinds
+from optim.schedule import set_learning_rates
+from parallel import parallelize
+from runtime import Runtime
+
+# Every registry optimizer's mini recipe, and MARS's other rules. A model whose matrices split unevenly
+# over 2 and 4 ranks (c_attn: 102 rows, the position table: 30; FSDP2's blocks of ceil(rows / ranks)).
+VARIANTS = {name: recipe.args.split() for name, recipe in mini_recipes().items() if name != "soap"} | {
+    "mars_lion": ["config/mini_mars.py", "--mars_type=mars-lion", "--learning_rate=3e-4"],
+    "mars_shampoo_exact": ["config/mini_mars.py", "--mars_type=mars-shampoo", "--is_approx=False"],
+}
+# Gradient clipping off: one process's float32 global norm carries ~1e-6 of rounding that a sum over shards
+# cannot reproduce, and the Adam-type rules amplify it to ~5e-5 in 6 steps (the clipped path is
+# train.py's, which tests/test_fsdp_train.py runs sharded).
+SHAPE = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--micro_batch_size=2",
+         "--total_batch_size=240", "--warmup_iters=2", "--max_iters=6", "--dropout=0.0", "--grad_clip=0.0"]
+# torch's fused AdamW on DTensors runs as DTensor decomposes it, with the rounding of its foreach form:
+# one process's fused and foreach AdamW differ by 7e-5 here too.
+TOLERANCE = {"adamw": 2e-4}
+STEPS, DIAGNOSED_STEP = 6, 4
+
+
+def train_variant(args: list[str], data_dir: str, data_parallel: str, rt: Runtime) -> tuple[dict, dict]:
+    """STEPS steps of a variant through train.StepContext; the whole weights and one log step's diagnostics."""
+    cfg = load_config([*args, *SHAPE, f"--data_dir={data_dir}", f"--data_parallel={data_parallel}", "--compile=False"])
+    data = train.load_data(cfg, rt)
+    torch.manual_seed(cfg.seed)
+    raw_model = GPT(GPTConfig(**cfg.model_args()))
+    model = parallelize(raw_model, cfg, rt)
+    optimizer = build_optimizer(raw_model, cfg, "cpu")
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    steps = train.StepContext(model, list(raw_model.parameters()), optimizer, scaler, data.train_batches, cfg, rt,
+                              nullcontext())
+    kinds, diagnostics = parameter_kinds(raw_model), {}
+    for step in range(STEPS):
+        set_learning_rates(optimizer, step, cfg, cfg.total_iters())
+        loss, grad_norm, logged = steps.optimizer_step(step, kinds if step == DIAGNOSED_STEP else None)
+        diagnostics |= {k: v.item() for k, v in logged.items()} | ({"grad_norm": grad_norm.item()} if logged else {})
+    weights = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+               for k, v in raw_model.state_dict().items()}
+    return weights, diagnostics
+
+
+def one_process_results(data_dir: str) -> dict:
+    return {name: train_variant(args, data_dir, "ddp", Runtime(0, 0, 1, torch.device("cpu")))
+            for name, args in VARIANTS.items()}
+
+
+@pytest.fixture(scope="module")
+def ranks_results(tiny_dataset, tmp_path_factory) -> dict:
+    """{(data_parallel, ranks): every variant's results}, from torchrun runs of this file."""
+    results = {}
+    for data_parallel, nproc in (("fsdp", 2), ("fsdp", 4)):  # (DDP equals one process: tests/test_train.py)
+        out = tmp_path_factory.mktemp("ranks") / f"{data_parallel}{nproc}.pt"
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                        __file__, tiny_dataset, data_parallel, str(out)],
+                       check=True, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, cwd=REPO,
+                       timeout=600)
+        results[data_parallel, nproc] = torch.load(out, weights_only=True)
+    return results
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
+
+
+def test_every_optimizer_sharded_ends_where_one_process_ends(tiny_dataset, ranks_results):
+    """Sharded over 2 and 4 ranks: the weights within 1e-5 (MARS, Muon, MARS-M, Moonlight: bit for bit
+    when measured), and the log step's diagnostics (update RMS, MARS's clip fraction, cos(g, g_prev))."""
+    reference = one_process_results(tiny_dataset)
+    for name, (weights, diagnostics) in reference.items():
+        torch.manual_seed(load_config([*VARIANTS[name], *SHAPE]).seed)
+        start = GPT(GPTConfig(**load_config([*VARIANTS[name], *SHAPE]).model_args())).state_dict()
+        assert relative_difference(weights, start) > 1e-3, name  # the runs moved
+        for key in ranks_results:
+            sharded_weights, sharded_diagnostics = ranks_results[key][name]
+            assert relative_difference(sharded_weights, weights) < TOLERANCE.get(name, 1e-5), (name, key)
+            assert sharded_diagnostics.keys() == diagnostics.keys(), (name, key)
+            for metric, value in diagnostics.items():
+                rel = 1e-4 if name not in TOLERANCE else 1e-3  # (AdamW's weights, hence gradients, differ more)
+                assert sharded_diagnostics[metric] == pytest.approx(value, rel=rel, abs=1e-5), (name, key, metric)
+
+
+def test_soap_under_fsdp_is_refused_by_name(tiny_dataset):
+    with pytest.raises(ConfigError, match="SOAP.*data_parallel='ddp'"):
+        load_config(["config/mini_soap.py", f"--data_dir={tiny_dataset}", "--data_parallel=fsdp"])
+
+
+if __name__ == "__main__":  # torchrun: tests/test_fsdp.py DATA_DIR DATA_PARALLEL OUT
+    data_dir, data_parallel, out = sys.argv[1:]
+    dist.init_process_group("gloo")
+    rt = Runtime(dist.get_rank(), dist.get_rank(), dist.get_world_size(), torch.device("cpu"))
+    results = {name: train_variant(args, data_dir, data_parallel, rt) for name, args in VARIANTS.items()}
+    if rt.is_main:
+        torch.save(results, out)
+    dist.barrier()
+    dist.destroy_process_group()
