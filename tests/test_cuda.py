@@ -230,6 +230,18 @@ def test_torchrun_with_nccl_on_one_gpu(tiny_dataset, tmp_path, monkeypatch):
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.3, val  # CPU: 10.83 -> 10.15 in 10 steps
 
 
+@needs_cuda
+def test_fsdp_on_one_gpu_bf16_compiled_per_block(tiny_dataset, tmp_path):
+    """data_parallel=fsdp under torchrun on one GPU: the bf16/fp32 mixed-precision policy, NCCL, each
+    block compiled, activation checkpointing; the loss goes down and a sharded checkpoint is written."""
+    out = str(tmp_path / "run")
+    run_train(cuda_run_args(tiny_dataset, out, max_iters=12, data_parallel="fsdp", activation_checkpointing=True,
+                            optimizer="mars"), nproc=1)
+    val = read_metrics(out, "val")
+    assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.3, val
+    assert os.path.exists(os.path.join(out, "ckpt_0000012", "manifest.json"))
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_torchrun_with_nccl_on_two_gpus_matches_one_process(tiny_dataset, tmp_path, monkeypatch):
     """tests/test_train.py's two-process DDP test (gloo on CPU there), on two GPUs with NCCL, bf16, compiled."""

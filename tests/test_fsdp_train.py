@@ -56,3 +56,13 @@ def test_a_corrupt_sharded_checkpoint_is_skipped_with_its_reason(tiny_dataset, t
     output = proc.stdout + proc.stderr
     assert "skipping checkpoint" in output and "__1_0.distcp's sha256 differs" in output, output[-3000:]
     assert "resuming" in output and "ckpt_0000004 at step 4" in output
+
+
+def test_activation_checkpointing_changes_no_number(tiny_dataset, tmp_path):
+    """Each block's activations recomputed in the backward pass, dropout included: the same weights."""
+    plain, recomputed = str(tmp_path / "plain"), str(tmp_path / "recomputed")
+    common = dict(max_iters=6, eval_interval=6, dropout=0.1)
+    run_train(tiny_run_args(tiny_dataset, plain, **common))
+    run_train(tiny_run_args(tiny_dataset, recomputed, activation_checkpointing=True, **common))
+    a, b = weights(os.path.join(plain, "ckpt.pt")), weights(os.path.join(recomputed, "ckpt.pt"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
