@@ -49,7 +49,7 @@ from torch.distributed.checkpoint.state_dict import (
 from data.shards import atomic_write, file_sha256, fsync_directory
 from model import GPT, GPTConfig
 from optim.contract import GroupState, needs_second_gradient
-from runtime import InputError, device_type, resolve_dtype, write_failure
+from runtime import InputError, broadcast_from_main, device_type, resolve_dtype, write_failure
 
 LATEST = "ckpt.pt"
 BEST = "ckpt_best.pt"
@@ -294,10 +294,7 @@ class FileCheckpoints:
                                 self.keep, best, self.keep_best)
             except CheckpointError as e:
                 error = str(e)
-        if dist.is_initialized():
-            holder = [error]
-            dist.broadcast_object_list(holder, src=0)
-            error = holder[0]
+        error = broadcast_from_main(error)
         if error:
             raise CheckpointError(error)
         return path
@@ -475,10 +472,7 @@ def _first_line(e: BaseException) -> str:
 
 def _raise_if_any(error: str | None, out_dir: str) -> None:
     """Every rank raises rank 0's error (or the first rank's it gathered); a collective."""
-    if dist.is_initialized():
-        holder = [error]
-        dist.broadcast_object_list(holder, src=0)
-        error = holder[0]
+    error = broadcast_from_main(error)
     if error:
         raise CheckpointError(f"{error}; then resume with --init_from=resume. The previous checkpoints in "
                               f"{out_dir} are untouched")

@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import init_device_mesh
@@ -112,11 +111,3 @@ def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor
         torch._foreach_mul_(local(grads), (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm
 
-
-def is_sharded(model: nn.Module) -> bool:
-    return isinstance(model, FSDPModule)
-
-
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
