@@ -56,11 +56,12 @@ class GroupwiseOptimizer(Optimizer):
 
 
 def per_tensor_norms(tensors: Tensors) -> Tensors:
+    """Each tensor's 2-norm, accumulated in float64 (as optim/sharding.py's over blocks: the two agree)."""
     # Compiled, a plain reduction lets inductor fuse the norm with the ops that
     # produce its input (torch._foreach_norm is not lowered, it would materialise it).
     if torch.compiler.is_compiling():
-        return [torch.linalg.vector_norm(t) for t in tensors]
-    return list(torch._foreach_norm(tensors))
+        return [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors]
+    return list(torch._foreach_norm(tensors, 2, dtype=torch.float64))
 
 
 def corrected_gradients(grads: Tensors, last_grads: Tensors, gamma: float, beta1: float, clip: bool = True,
@@ -75,7 +76,8 @@ def corrected_gradients(grads: Tensors, last_grads: Tensors, gamma: float, beta1
         torch._foreach_mul_(c, clip_scales)
         return c
     # "if ||c|| > 1: c = c / ||c||" as arithmetic, with no host sync; multiplying by
-    # the scalar's reciprocal keeps divisions out of the element-wise loop.
+    # the scalar's reciprocal keeps divisions out of the element-wise loop (a float64 scalar multiplies as
+    # its float32 rounding, like sharded_clip_scales').
     scales = per_tensor_norms(c)
     torch._foreach_clamp_min_(scales, 1.0)
     torch._foreach_reciprocal_(scales)

@@ -27,8 +27,9 @@ def shard_group(tensors: Tensors) -> dist.ProcessGroup | None:
 
 
 def squared_norms(tensors: Tensors, group: dist.ProcessGroup | None) -> torch.Tensor:
-    """||t||^2 of each whole tensor (1-D, float64), from local blocks and the group they are sharded over."""
-    squares = torch.stack(torch._foreach_norm(local(tensors))).double().square()
+    """||t||^2 of each whole tensor (1-D, float64), from local blocks and the group they are sharded over.
+    Accumulated in float64, a sum over blocks rounds to the same float32 norm as the whole tensor's."""
+    squares = torch.stack(torch._foreach_norm(local(tensors), 2, dtype=torch.float64)).square()
     if group is not None:
         dist.all_reduce(squares, group=group)
     return squares
