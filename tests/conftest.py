@@ -53,6 +53,17 @@ def tiny_run_args(data_dir: str, out_dir: str, **overrides) -> list[str]:
     return TINY_MODEL + [f"--{k}={v}" for k, v in settings.items()]
 
 
+def without_key_bias(weights: dict) -> dict:
+    """The weights, the attention's key bias rows left out: no output depends on them (softmax ignores a
+    constant added to every key's score), so their gradient is zero in exact arithmetic and rounding noise
+    in practice, which Adam-type rules normalise to steps of +-lr. Any change of rounding (another world
+    size's sum, another thread count) moves them by O(1) of their own size; compare runs without them."""
+    def query_value(bias: torch.Tensor) -> torch.Tensor:
+        q, _, v = bias.chunk(3)
+        return torch.cat([q, v])
+    return {name: query_value(value) if name.endswith("attn.c_attn.bias") else value for name, value in weights.items()}
+
+
 def run_train(args: list[str], nproc: int = 0, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run train.py (under torchrun with nproc processes when nproc > 0) and return the finished process."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import train
-from conftest import REPO
+from conftest import REPO, without_key_bias
 from config import ConfigError
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config, mini_recipes
@@ -37,10 +37,7 @@ SHAPE = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--total
 # process and sharded alike; on 4 ranks gloo sums in its own order, not one process's accumulation order.
 RANKS = {2: 4, 4: 2}
 TOLERANCE = 1e-5
-# Except the attention's key bias, which no output depends on: softmax ignores a constant added to every
-# key's score, so that bias's gradient is zero in exact arithmetic and rounding noise in practice, which
-# Adam-type rules normalise to steps of +-lr. Any change of rounding moves it by O(1) of its own size (one
-# process on 1 thread against 2 does), so it is left out of the comparison.
+# The attention's key bias, which no output depends on, is left out (conftest.without_key_bias).
 STEPS, DIAGNOSED_STEP = 6, 4
 
 
@@ -97,18 +94,10 @@ def relative_difference(a: dict, b: dict) -> float:
     return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
 
 
-def without_key_bias(weights: dict) -> dict:
-    """The weights, the attention's key bias rows left out (the query and value biases kept)."""
-    def query_value(bias: torch.Tensor) -> torch.Tensor:
-        q, _, v = bias.chunk(3)
-        return torch.cat([q, v])
-    return {name: query_value(value) if name.endswith("attn.c_attn.bias") else value for name, value in weights.items()}
-
-
 def test_every_optimizer_sharded_ends_where_one_process_ends(tiny_dataset, ranks_results):
     """Sharded over 2 and 4 ranks (uneven blocks): the weights within 1e-5 of one process's (bit for bit on
     2 ranks, but for AdamW: torch's fused CPU kernel rounds a block's vector tail differently), the key
-    bias left out (see TOLERANCE), and the log step's diagnostics (update RMS, MARS's clip
+    bias left out (conftest.without_key_bias), and the log step's diagnostics (update RMS, MARS's clip
     fraction, cos(g, g_prev))."""
     for nproc, micro_batch in RANKS.items():
         reference = one_process_results(tiny_dataset, micro_batch)

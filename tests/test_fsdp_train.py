@@ -1,23 +1,31 @@
 """
 train.py under data_parallel=fsdp (torchrun, gloo): sharded checkpoints through DCP, written
-asynchronously, resumed bit-exact; read back by one process and by load_model; a corrupt one skipped
-with its reason.
+asynchronously, resumed bit-exact; read back by one process, by load_model and by runs of another
+parallelism or world size; a corrupt one skipped with its reason; a rank killed in the middle of a save.
 """
 
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import torch
 
-from checkpoint import load_model
-from conftest import run_train, tiny_run_args
+from checkpoint import load_model, verify_manifest
+from conftest import REPO, run_train, tiny_run_args, without_key_bias
 
 COMMON = dict(lr_decay_iters=12, eval_interval=4, optimizer="mars", micro_batch_size=4)
 
 
 def weights(path: str) -> dict:
     return load_model(path)[0].state_dict()
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    return max(((a[k] - b[k]).norm() / a[k].norm()).item() for k in a)
 
 
 def test_sharded_checkpoints_resume_bit_exact_and_load_anywhere(tiny_dataset, tmp_path):
@@ -39,8 +47,20 @@ def test_sharded_checkpoints_resume_bit_exact_and_load_anywhere(tiny_dataset, tm
     shutil.copytree(halves, single, symlinks=True)
     shutil.rmtree(os.path.join(single, "ckpt_0000012"))
     run_train(tiny_run_args(tiny_dataset, single, max_iters=12, init_from="resume", **COMMON))
-    c = weights(os.path.join(single, "ckpt_0000012.pt"))
-    assert max(((a[k] - c[k]).norm() / a[k].norm()).item() for k in a) < 1e-6
+    assert relative_difference(a, weights(os.path.join(single, "ckpt_0000012.pt"))) < 1e-6
+
+    # DDP's single file into a sharded run, and 4 ranks' shards into 2: where the straight run ends
+    for first_half, out in (
+        (dict(nproc=2, data_parallel="ddp"), str(tmp_path / "ddp_then_fsdp")),
+        (dict(nproc=4, data_parallel="fsdp", micro_batch_size=2), str(tmp_path / "fsdp4_then_fsdp2")),
+    ):
+        nproc = first_half.pop("nproc")
+        run_train(tiny_run_args(tiny_dataset, out, max_iters=6, **{**COMMON, **first_half}), nproc=nproc)
+        proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=12, data_parallel="fsdp", init_from="resume",
+                                       **COMMON), nproc=2)
+        assert "resuming" in proc.stdout + proc.stderr
+        resumed = weights(os.path.join(out, "ckpt_0000012"))
+        assert relative_difference(without_key_bias(a), without_key_bias(resumed)) < 1e-6, out
 
 
 def test_a_corrupt_sharded_checkpoint_is_skipped_with_its_reason(tiny_dataset, tmp_path):
@@ -66,3 +86,49 @@ def test_activation_checkpointing_changes_no_number(tiny_dataset, tmp_path):
     run_train(tiny_run_args(tiny_dataset, recomputed, activation_checkpointing=True, **common))
     a, b = weights(os.path.join(plain, "ckpt.pt")), weights(os.path.join(recomputed, "ckpt.pt"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def worker_of_rank(launcher_pid: int, rank: int) -> int | None:
+    """The pid of torchrun's worker process for `rank` (from /proc: its parent and its RANK variable)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environment = f.read().split(b"\0")
+        except OSError:  # exited meanwhile
+            continue
+        if parent == launcher_pid and f"RANK={rank}".encode() in environment:
+            return int(entry)
+    return None
+
+
+def test_a_rank_killed_in_the_middle_of_a_sharded_save_loses_nothing(tiny_dataset, tmp_path):
+    """SIGKILL to rank 1 while ckpt_0000004 is being written (a model large enough that a save takes a
+    while): the run fails, the half-written folder is never taken for a checkpoint, ckpt_0000002 still
+    verifies, and the run resumes from it to the end."""
+    out = str(tmp_path / "run")
+    args = tiny_run_args(tiny_dataset, out, max_iters=6, data_parallel="fsdp", ckpt_interval=2, **COMMON) + [
+        "--n_embd=128"]
+    launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                 str(REPO / "train.py"), *args], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    saving = os.path.join(out, "ckpt_0000004.tmp")
+    deadline = time.time() + 240
+    while not os.path.isdir(saving) and launcher.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
+    victim = worker_of_rank(launcher.pid, 1)
+    assert victim is not None, launcher.communicate()[0].decode()[-3000:]
+    os.kill(victim, signal.SIGKILL)
+    output = launcher.communicate(timeout=240)[0].decode()
+    assert launcher.returncode != 0, output[-3000:]
+    assert not os.path.exists(os.path.join(out, "ckpt_0000004")), "the save completed before the kill: no fault"
+    assert verify_manifest(os.path.join(out, "ckpt_0000002")) is None
+
+    proc = run_train(args + ["--init_from=resume"], nproc=2)
+    output = proc.stdout + proc.stderr
+    assert "ckpt_0000002 at step 2" in output, output[-3000:]
+    assert sorted(name for name in os.listdir(out) if name.startswith("ckpt")) == ["ckpt_0000004", "ckpt_0000006"]
+    assert verify_manifest(os.path.join(out, "ckpt_0000006")) is None
