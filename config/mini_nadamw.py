@@ -1,5 +1,5 @@
-# NAdamW for the CPU mini reproduction (after config/mini.py): AdamW's betas and weight decay, torch's
-# momentum decay, the learning rate from the sweep.
+# NAdamW for the CPU mini reproduction (after config/mini.py): AlgoPerf's NAdamW (constant momentum) with
+# AdamW's betas and weight decay, the learning rate from the sweep.
 optimizer = "nadamw"
 learning_rate = 2e-3
 weight_decay = 0.1
