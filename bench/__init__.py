@@ -5,6 +5,7 @@ Benchmarks, each run from the repository root as `python -m bench.<name>`:
     python -m bench.train_step CONFIG  # a training step of a config (CPU: with and without malloc reuse)
     python -m bench.tokenization       # data/prepare.py's tokenisation against nanoGPT's approach
     python -m bench.gpu                # GPU: tokens/s, MFU, memory and the step split, per optimizer
+    python -m bench.memory CONFIG --world_size N   # a model of memory per GPU by part, and communication
     python -m bench.nanogpt NANOGPT    # GPU: nanoGPT's own train.py at the same shape and batch (the reference)
 
 Each prints the command and the machine first (print_header), so a pasted result says where it came from.
