@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -36,6 +35,7 @@ from optim.adamw import decay_routing
 from optim.contract import Hyperparameters, Loop, beta, setting
 from optim.routing import weight_decay_groups
 from optim.rules import GroupwiseOptimizer
+from optim.sharding import gather_whole, local, local_rows
 
 
 @dataclass
@@ -61,13 +61,16 @@ class SOAPHyperparameters(Hyperparameters):
     def display_name(self) -> str:
         return "SOAP"
 
-    def check_loop(self, cfg: Any) -> None:
-        if cfg.data_parallel == "fsdp":
-            raise ConfigError("SOAP keeps each matrix's eigenbases, which need whole matrices and are not "
-                              "sharded here yet: run SOAP with data_parallel='ddp'")
-
 
 class SOAP(GroupwiseOptimizer):
+    """Under data_parallel=fsdp (optim/sharding.py) p, its gradient, m and v are sharded by rows, and the
+    statistics and bases need whole gradients: every rank gathers the gradient, m and v of each matrix with
+    a rotated side (one all-gather per group and step), runs the step on them as one process does, keeping
+    L, R, Q_L, Q_R whole (plain tensors), and keeps its rows of p, m and v. The products run on whole
+    matrices and each rank takes its rows, so that they round as one process's do: a product's rows computed
+    alone need not (a rotated 1-D parameter's differed by 1e-7). A parameter with no rotated side (a 1-D one
+    without precondition_1d: plain Adam) stays local. Unsharded, the same code runs with no communication."""
+
     def __init__(self, params: Iterable, lr: float = 3e-3, betas: tuple[float, float] = (0.95, 0.95),
                  shampoo_beta: float = -1, eps: float = 1e-8, weight_decay: float = 0.01,
                  precondition_frequency: int = 10, max_precond_dim: int = 10000, precondition_1d: bool = False,
@@ -78,24 +81,32 @@ class SOAP(GroupwiseOptimizer):
                                       correct_bias=correct_bias))
 
     def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
-        for p in params:  # each matrix in its own bases
+        for p in params:
             if p.ndim > 2:
                 raise ValueError(f"SOAP here takes 1-D and 2-D parameters; got shape {tuple(p.shape)}")
-            self._update(p, group)
+            if not self.state[p]:
+                rotated = [n <= group["max_precond_dim"] and (p.ndim > 1 or group["precondition_1d"]) for n in p.shape]
+                self.state[p].update(step=0, exp_avg=torch.zeros_like(p.grad), exp_avg_sq=torch.zeros_like(p.grad),
+                                     GG=[torch.zeros(n, n, dtype=p.dtype, device=p.device) if r else None
+                                         for n, r in zip(p.shape, rotated)])
+        inputs = [[p.grad, self.state[p]["exp_avg"], self.state[p]["exp_avg_sq"]] for p in params]
+        whole = [any(g is not None for g in self.state[p]["GG"]) for p in params]
+        gathered = iter(gather_whole([t for tensors, w in zip(inputs, whole) if w for t in tensors]))
+        for p, tensors, w in zip(params, inputs, whole):
+            grad, exp_avg, exp_avg_sq = [next(gathered) for _ in tensors] if w else local(tensors)
+            self._update(p, grad, exp_avg, exp_avg_sq, local_rows(p) if w else slice(None), group)
 
-    def _update(self, p: torch.Tensor, group: dict) -> None:
-        grad, state = p.grad, self.state[p]
+    def _update(self, p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                rows: slice, group: dict) -> None:
+        """One step from the gradient, m and v, whole (or p's local blocks if no side is rotated), to `rows`
+        of p, m and v."""
+        state = self.state[p]
         beta1, beta2 = group["betas"]
         rate = group["shampoo_beta"] if group["shampoo_beta"] >= 0 else beta2
         if "Q" not in state:  # the first step only starts the statistics
-            rotated = [n <= group["max_precond_dim"] and (p.ndim > 1 or group["precondition_1d"]) for n in p.shape]
-            state.update(step=0, exp_avg=torch.zeros_like(grad), exp_avg_sq=torch.zeros_like(grad),
-                         GG=[torch.zeros(n, n, dtype=grad.dtype, device=grad.device) if r else None
-                             for n, r in zip(p.shape, rotated)])
             accumulate_statistics(state["GG"], grad, rate)
             state["Q"] = [None if g is None else eigenbasis(g) for g in state["GG"]]
             return
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         projected = project(grad, state["Q"])
         state["step"] += 1
         exp_avg.mul_(beta1).add_(projected, alpha=1.0 - beta1)
@@ -104,15 +115,17 @@ class SOAP(GroupwiseOptimizer):
         step_size = group["lr"]
         if group["correct_bias"]:
             step_size *= (1.0 - beta2 ** state["step"]) ** 0.5 / (1.0 - beta1 ** state["step"])
-        p.add_(project(exp_avg / denom, state["Q"], back=True), alpha=-step_size)
+        block = local([p])[0]
+        block.add_(project(exp_avg / denom, state["Q"], back=True)[rows], alpha=-step_size)
         if group["weight_decay"] > 0.0:
-            p.add_(p, alpha=-group["lr"] * group["weight_decay"])
+            block.add_(block, alpha=-group["lr"] * group["weight_decay"])
         # the statistics take this gradient; every precondition_frequency steps the bases follow them
         exp_avg = project(exp_avg, state["Q"], back=True)
         accumulate_statistics(state["GG"], grad, rate)
         if state["step"] % group["precondition_frequency"] == 0:
-            state["Q"], state["exp_avg_sq"] = power_iteration_bases(state["GG"], state["Q"], exp_avg_sq)
-        state["exp_avg"] = project(exp_avg, state["Q"])
+            state["Q"], exp_avg_sq = power_iteration_bases(state["GG"], state["Q"], exp_avg_sq)
+        local([state["exp_avg_sq"]])[0].copy_(exp_avg_sq[rows])
+        local([state["exp_avg"]])[0].copy_(project(exp_avg, state["Q"])[rows])
 
 
 def accumulate_statistics(statistics: list[torch.Tensor | None], grad: torch.Tensor, rate: float) -> None:
