@@ -23,7 +23,9 @@ from typing import NamedTuple
 
 from runtime import at_least
 from scripts import sweep
-from scripts.report import Run, markdown_table, welch
+from scripts.report import (
+    MIN_BUDGETS, AdamWCurve, Run, adamw_ladder, format_tokens, markdown_table, token_speedup, welch,
+)
 
 SIZES = {"4K": 4096, "16K": 16384, "64K": 65536}
 BASE = ["config/mini.py", "config/ladder.py"]
@@ -163,6 +165,24 @@ def diagnostic_mean(runs: list[Run], key: str) -> float | None:
     return statistics.mean(values) if values else None
 
 
+def speedup_note(curves: dict[str, AdamWCurve | None], tuned: dict[str, Tuned]) -> str:
+    """What the speedup column reads (scripts/report.py's token-equivalent speedup), and where AdamW's
+    runs do not allow it."""
+    missing = []
+    for size, curve in curves.items():
+        if curve is None:
+            budgets = sorted({r.budget for r in seed_runs(tuned, "adamw", size)})
+            missing.append(f"{size} ({len(budgets)} budget{'s' * (len(budgets) != 1)}"
+                           f"{': ' + ', '.join(format_tokens(b) for b in budgets) if budgets else ''})")
+    note = ("'speedup over AdamW': AdamW's tokens to reach the optimizer's mean loss at that size, over the "
+            "optimizer's tokens (scripts/report.py: AdamW run to the end of its own schedule at each budget, its "
+            "curve inverted; 95% interval from the seeds).")
+    if missing:
+        note += (f" '-': AdamW's runs do not allow it at {', '.join(missing)}: the curve needs AdamW at "
+                 f"{MIN_BUDGETS} or more budgets at that size, each run to the end of its own schedule.")
+    return note
+
+
 def report(folder: str) -> str:
     """ladder.md and ladder.png in <folder>/report/; returns the markdown."""
     import matplotlib
@@ -174,6 +194,8 @@ def report(folder: str) -> str:
     out = os.path.join(folder, "report")
     os.makedirs(out, exist_ok=True)
     rows, tests, diagnostics, tuning = [], [], [], []
+    # AdamW's loss against its token budget, per size, from its fresh seeds (None: too few budgets)
+    curves = {size: AdamWCurve.of(adamw_ladder(seed_runs(tuned, "adamw", size))) for size in SIZES}
     for optimizer in LADDER:
         for size in SIZES:
             point = tuned.get(recipe_name(optimizer, size))
@@ -189,7 +211,11 @@ def report(folder: str) -> str:
                 equal = ""
                 if point.runs[0].passes_per_step > 1:
                     equal = f"{statistics.mean(at_equal_passes(r) for r in point.runs):.4f}"
-                rows.append([optimizer, size, lr, f"{statistics.mean(losses):.4f}{spread}", equal, str(len(losses))])
+                speedup = "-"
+                if curves[size] is not None:
+                    speedup = token_speedup(curves[size], losses, point.runs[0].budget).text()
+                rows.append([optimizer, size, lr, f"{statistics.mean(losses):.4f}{spread}", equal, speedup,
+                             str(len(losses))])
             means = [diagnostic_mean(point.runs, key) for key, _ in DIAGNOSTICS]
             if any(mean is not None for mean in means):
                 diagnostics.append([optimizer, size, *("" if mean is None else f"{mean:.3f}" for mean in means)])
@@ -207,7 +233,9 @@ def report(folder: str) -> str:
         "passes the others spend, read from its own run halfway through its schedule (the learning rate still "
         "high there: a bound that favours the others). '(edge)': the tuned rate is the largest or smallest "
         "the tuning finished, so the optimum may lie past it.",
-        markdown_table(["optimizer", "tokens per step", "tuned lr", "best val loss", "at equal passes", "seeds"], rows),
+        markdown_table(["optimizer", "tokens per step", "tuned lr", "best val loss", "at equal passes",
+                        "speedup over AdamW", "seeds"], rows),
+        speedup_note(curves, tuned),
         "The tuning: the tuning seed's best validation loss at each learning rate tried (inf: diverged), the "
         "tuned rate in bold:",
         markdown_table(["optimizer", "tokens per step", "learning rate: best val loss"], tuning),

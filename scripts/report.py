@@ -25,6 +25,7 @@ the budget) is another protocol, and its column says so ("own schedule over the 
 import argparse
 import glob
 import json
+import math
 import os
 import dataclasses
 import statistics
@@ -32,6 +33,7 @@ import sys
 from dataclasses import dataclass, field
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -61,6 +63,7 @@ class Run:
     # (step, tokens, training seconds, val loss) per evaluation, in step order
     val: list[tuple[int, int, float, float]]
     passes_per_step: int = 1  # forward-backward passes over the batch per step (MARS-exact: 2)
+    tokens_per_step: int = 0  # the global batch in tokens (total_batch_size)
     train_rows: list[dict] = field(default_factory=list)  # the logged training rows (diagnostics included)
     downstream: dict | None = field(default=None)  # lm-eval results, if the run was evaluated
     row: str = ""  # the table's row: the optimizer, and its learning rate in a sweep (see name_rows)
@@ -160,6 +163,7 @@ def run_of(folder: str, info: dict, rows: list[dict]) -> Run | None:
                budget=info["total_iters"] * cfg["total_batch_size"], total_iters=info["total_iters"],
                seed=cfg["seed"], learning_rate=cfg["learning_rate"], val=val, downstream=downstream, row=optimizer,
                protocol=protocol, passes_per_step=gradients_per_step(cfg),
+               tokens_per_step=cfg["total_batch_size"],
                train_rows=[r for r in rows if r["type"] == "train"])
 
 
@@ -312,6 +316,8 @@ def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
         parts += ["", "## Significance", "", "Welch's t-test (two-sided, unequal variances) on the best "
                   "validation loss of each seed: a p-value below 0.05 says the difference of the means is "
                   "unlikely to be seed noise.", "", table]
+    if speedup_settings(runs):
+        parts += [""] + speedup_section(runs)
     table = downstream_table(runs)
     if table:
         parts += ["", "## Downstream tasks (zero-shot, %)", "", table]
@@ -327,6 +333,275 @@ def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
           f"{r.best_val_loss:.4f}", f"{r.val[-1][2] / 60:.1f} min"] for r in whole_runs]))
     parts += [""] + [f"![{os.path.splitext(f)[0]}]({f})" for f in plot_files]
     return "\n".join(parts) + "\n"
+
+
+# -----------------------------------------------------------------------------
+# Token-equivalent speedup over AdamW
+#
+# The speedup of an optimizer that reaches loss L in D tokens is D_AdamW(L) / D: the tokens AdamW needs to
+# reach L, over D (the MARS paper's and the 2025 benchmarks' reading). D_AdamW comes from AdamW run to the
+# end of its own schedule at several budgets (the ladder), never from the middle of one run, whose learning
+# rate has not decayed there: its best validation loss per budget, fitted by a saturating power law
+# L(D) = E + A (D / 1M tokens)^-alpha where the data support one, else interpolated, then inverted at L.
+# Outside AdamW's budgets the ladder measures nothing: there the speedup is only a bound, "> x" or "< x".
+
+REFERENCE = "AdamW"
+MIN_BUDGETS = 4  # AdamW budgets a curve needs (the power law has three parameters)
+SCALE = 1e6  # tokens: the power law's D is in millions
+# Exponents the power law may take: one at either end of this range is a curve the data do not pin down
+# (alpha -> 0 is a straight line in log D), and the interpolation serves instead.
+ALPHAS = np.geomspace(0.02, 4.0, 200)
+FIT_P = 0.01  # the power law is used unless its misfit is this unlikely under the seeds' noise (F-test)
+DRAWS = 4000  # bootstrap draws
+LEVEL = 0.95
+
+
+def fit_power_law(tokens: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Least-squares E, A, alpha of L(D) = E + A (D / SCALE)^-alpha through each row of means ((N, budgets),
+    one loss per budget of tokens); nan in a row the law does not fit: no A > 0, or the best exponent at an
+    end of ALPHAS. E and A are linear given alpha, so alpha is searched on ALPHAS, then twice on a finer
+    grid around each row's best (to 1e-4 of itself): no starting guess to go wrong, every row at once."""
+    logs, rows = np.log(tokens / SCALE), np.arange(len(means))
+    centred = means - means.mean(1, keepdims=True)
+    candidates = np.broadcast_to(ALPHAS, (len(means), len(ALPHAS)))
+    for zoom in range(3):
+        # the first grid is every row's: its (K, budgets) powers serve all rows through one product
+        x = np.exp(-(ALPHAS if zoom == 0 else candidates)[..., None] * logs)
+        xc = x - x.mean(-1, keepdims=True)
+        sxx = (xc**2).sum(-1)
+        slope = (centred @ xc.T if zoom == 0 else np.einsum("nkb,nb->nk", xc, centred)) / sxx
+        sse = np.where(slope > 0, (centred**2).sum(1, keepdims=True) - slope**2 * sxx, np.inf)
+        best = sse.argmin(1)
+        if zoom == 0:
+            fits = np.isfinite(sse[rows, best]) & (best > 0) & (best < len(ALPHAS) - 1)
+        alpha, amplitude = candidates[rows, best], slope[rows, best]
+        offset = means.mean(1) - amplitude * np.broadcast_to(x, (len(means), *x.shape[-2:]))[rows, best].mean(1)
+        step = candidates[rows, np.minimum(best + 1, candidates.shape[1] - 1)] / alpha
+        candidates = alpha[:, None] * np.geomspace(1 / step, step, 21, axis=1)
+    nan = np.full(len(means), np.nan)
+    return np.where(fits, offset, nan), np.where(fits, amplitude, nan), np.where(fits, alpha, nan)
+
+
+def power_law_misfit(tokens: np.ndarray, seeds: list[list[float]]) -> float | None:
+    """The F-test's p-value of the power law through the budgets' means against the seeds' pooled noise
+    (None: no law fits, or too few seeds or budgets, or no spread among the seeds, to test it against)."""
+    from scipy.stats import f
+
+    means = np.array([[statistics.mean(s) for s in seeds]])
+    offset, amplitude, alpha = (v[0] for v in fit_power_law(tokens, means))
+    noise_df, fit_df = sum(len(s) - 1 for s in seeds), len(seeds) - 3
+    if np.isnan(alpha) or noise_df < 1 or fit_df < 1:
+        return None
+    fitted = offset + amplitude * (tokens / SCALE) ** -alpha
+    misfit = sum(len(s) * (m - y) ** 2 for s, m, y in zip(seeds, means[0], fitted)) / fit_df
+    noise = sum((x - statistics.mean(s)) ** 2 for s in seeds for x in s) / noise_df
+    return float(f.sf(misfit / noise, fit_df, noise_df)) if noise > 0 else None
+
+
+def interpolated_tokens(tokens: np.ndarray, means: np.ndarray, loss: float) -> float:
+    """The tokens at which AdamW reaches loss, linear in log tokens between the budgets' means made
+    non-increasing (more budget is never counted as worse); the first budget that reaches it where the
+    curve is flat. inf past the largest budget, 0 short of the smallest."""
+    envelope = np.minimum.accumulate(means)
+    if loss < envelope[-1]:
+        return math.inf
+    if loss > envelope[0]:
+        return 0.0
+    i = int(np.argmax(envelope <= loss))
+    if i == 0:
+        return float(tokens[0])
+    fraction = (envelope[i - 1] - loss) / (envelope[i - 1] - envelope[i])
+    return float(math.exp((1 - fraction) * math.log(tokens[i - 1]) + fraction * math.log(tokens[i])))
+
+
+def adamw_tokens(tokens: np.ndarray, means: np.ndarray, losses: np.ndarray, power_law: bool) -> np.ndarray:
+    """Per row: the tokens AdamW needs to reach losses[row] on the curve through means[row] (inf past the
+    largest budget, 0 short of the smallest), by the power law where asked and it fits that row, else
+    by interpolation."""
+    out = np.full(len(means), np.nan)
+    if power_law:
+        offset, amplitude, alpha = fit_power_law(tokens, means)
+        ends = offset[:, None] + amplitude[:, None] * (tokens[[0, -1]] / SCALE)[None, :] ** -alpha[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            inside = SCALE * ((losses - offset) / amplitude) ** (-1 / alpha)
+        out = np.where(losses < ends[:, 1], math.inf, np.where(losses > ends[:, 0], 0.0, inside))
+    for row in np.flatnonzero(np.isnan(out)):
+        out[row] = interpolated_tokens(tokens, means[row], losses[row])
+    return out
+
+
+@dataclass(frozen=True)
+class AdamWCurve:
+    """AdamW's best validation losses (its seeds) at each of its token budgets, and the curve through them."""
+
+    tokens: np.ndarray  # the budgets, ascending
+    seeds: list[list[float]]  # each budget's best validation losses, one per seed
+    law: tuple[float, float, float] | None  # the power law's E, A, alpha; None: the interpolation serves
+    misfit_p: float | None  # the F-test's p-value of the power law (None: not tested)
+
+    @classmethod
+    def of(cls, ladder: dict[int, list[float]]) -> "AdamWCurve | None":
+        """The curve through a ladder of budget -> seeds' losses (None: fewer than MIN_BUDGETS budgets)."""
+        if len(ladder) < MIN_BUDGETS:
+            return None
+        tokens = np.array(sorted(ladder), dtype=float)
+        seeds = [list(ladder[b]) for b in sorted(ladder)]
+        law = tuple(float(v[0]) for v in fit_power_law(tokens, np.array([[statistics.mean(s) for s in seeds]])))
+        if math.isnan(law[2]):
+            return cls(tokens, seeds, None, None)
+        misfit_p = power_law_misfit(tokens, seeds)
+        return cls(tokens, seeds, law if misfit_p is None or misfit_p >= FIT_P else None, misfit_p)
+
+    @property
+    def power_law(self) -> bool:
+        return self.law is not None
+
+    @property
+    def means(self) -> np.ndarray:
+        return np.array([statistics.mean(s) for s in self.seeds])
+
+    def loss(self, tokens: np.ndarray) -> np.ndarray:
+        """The curve's loss at tokens (the power law's, else the interpolation's through the means)."""
+        if self.law:
+            offset, amplitude, alpha = self.law
+            return offset + amplitude * (tokens / SCALE) ** -alpha
+        return np.interp(np.log(tokens), np.log(self.tokens), np.minimum.accumulate(self.means))
+
+    def describe(self) -> str:
+        test = ""
+        if self.misfit_p is not None:
+            test = f"; F-test of its misfit against the seeds' noise: p = {self.misfit_p:.2g}"
+        if self.law:
+            offset, amplitude, alpha = self.law
+            return (f"a saturating power law fitted to the budgets' means by least squares, L(D) = {offset:.3f} + "
+                    f"{amplitude:.3f} (D / 1M tokens)^-{alpha:.3f}{test}")
+        why = "its misfit exceeds the seeds' noise" + test if self.misfit_p is not None else "no power law fits"
+        return (f"interpolation, linear in log tokens, between the budgets' means ({why}; the power law with "
+                f"alpha in [{ALPHAS[0]:g}, {ALPHAS[-1]:g}] and A > 0 is used where it fits)")
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """AdamW's tokens to reach an optimizer's mean loss over the optimizer's tokens, with its interval. inf:
+    past AdamW's largest budget ("> highest"); 0: short of its smallest ("< lowest")."""
+
+    value: float
+    low: float | None  # the LEVEL interval's ends (None: a side with one seed has no spread to draw from)
+    high: float | None
+    lowest: float  # AdamW's smallest budget / the optimizer's: the least the ladder can measure
+    highest: float  # AdamW's largest budget / the optimizer's: the most
+
+    def bound(self, x: float) -> str:
+        if x == math.inf:
+            return f"> {self.highest:.3g}"
+        if x == 0.0:
+            return f"< {self.lowest:.3g}"
+        return f"{x:.3g}"
+
+    def text(self) -> str:
+        interval = ""
+        if self.low is not None:
+            low, high = self.bound(self.low), self.bound(self.high)
+            interval = f" ({low})" if low == high else f" ({low} to {high})"
+        return f"{self.bound(self.value)}x{interval}"
+
+
+def draw_means(seeds: list[float], draws: int, rng: np.random.Generator) -> np.ndarray:
+    """The bootstrap's draws of a cell's mean over its seeds: the mean plus its standard error times
+    Student's t with n - 1 degrees of freedom (a parametric bootstrap over the seeds). Resampling three
+    seeds with replacement spreads their mean by only 0.82 of its standard error, with normal tails: on
+    synthetic ladders of three seeds a cell (tests/test_report.py) its 95% interval of the speedup covered
+    the true one 79-80% of the time; this one 99% (conservative: each cell's t tails add up)."""
+    n = len(seeds)
+    return statistics.mean(seeds) + statistics.stdev(seeds) / math.sqrt(n) * rng.standard_t(n - 1, draws)
+
+
+def token_speedup(curve: AdamWCurve, losses: list[float], budget: int, draws: int = DRAWS,
+                  seed: int = 0) -> Speedup:
+    """The speedup over AdamW of an optimizer whose seeds reached losses in budget tokens, and its LEVEL
+    interval from the seeds of both sides: each draw redraws every AdamW budget's mean and the optimizer's
+    (draw_means), refits the curve and inverts it."""
+    point = adamw_tokens(curve.tokens, curve.means[None, :], np.array([statistics.mean(losses)]), curve.power_law)
+    low = high = None
+    if len(losses) > 1 and all(len(s) > 1 for s in curve.seeds):
+        rng = np.random.default_rng(seed)
+        means = np.stack([draw_means(s, draws, rng) for s in curve.seeds], axis=1)
+        reached = adamw_tokens(curve.tokens, means, draw_means(losses, draws, rng), curve.power_law) / budget
+        # inverted_cdf picks drawn values, never an average of a bound with a number
+        low, high = np.quantile(reached, [(1 - LEVEL) / 2, (1 + LEVEL) / 2], method="inverted_cdf")
+    return Speedup(float(point[0]) / budget, low, high, curve.tokens[0] / budget, curve.tokens[-1] / budget)
+
+
+def own_schedule(run: Run) -> bool:
+    """A complete run whose budget is where its own schedule ends (not a paper-budget view of a longer run)."""
+    return run.complete and run.budget == run.total_iters * run.tokens_per_step
+
+
+def speedup_settings(runs: list[Run]) -> dict[str, list[Run]]:
+    """Runs that can be priced in AdamW's tokens, per setting (model, dataset, tokens per step: AdamW's
+    ladder is one per setting): complete, each at the end of its own schedule."""
+    with_dataset = len({r.dataset for r in runs}) > 1
+    settings: dict[str, list[Run]] = {}
+    for run in sorted(filter(own_schedule, runs), key=lambda r: (r.dataset, r.num_params, r.tokens_per_step)):
+        dataset = f" {run.dataset}" if with_dataset else ""
+        name = f"{run.model}{dataset}, {format_tokens(run.tokens_per_step)} tokens per step"
+        settings.setdefault(name, []).append(run)
+    return settings
+
+
+def adamw_ladder(runs: list[Run]) -> dict[int, list[float]]:
+    """AdamW's best validation losses (one per seed) per token budget among runs of one setting; where
+    several learning rates ran at a budget, the rate with the lowest mean (AdamW tuned at that budget)."""
+    by_budget: dict[int, dict[float, list[float]]] = {}
+    for run in runs:
+        if run.optimizer == REFERENCE:
+            by_budget.setdefault(run.budget, {}).setdefault(run.learning_rate, []).append(run.best_val_loss)
+    return {budget: min(rates.values(), key=statistics.mean) for budget, rates in by_budget.items()}
+
+
+def speedup_section(runs: list[Run]) -> list[str]:
+    """The report's speedup section: per setting, AdamW's ladder and its curve, then every optimizer's
+    speedup at each budget it ran (AdamW's own at budgets others ran: the curve's error, read as a speedup)."""
+    parts = ["## Token-equivalent speedup over AdamW", "",
+             "AdamW's tokens to reach each optimizer's mean best validation loss, over the optimizer's tokens (the "
+             "MARS paper's and the 2025 benchmarks' reading). AdamW's loss against its token budget comes from "
+             "AdamW run to the end of its own schedule at each budget, and is inverted at the optimizer's loss. "
+             f"In parentheses, a {LEVEL:.0%} interval from the seeds of both sides (a parametric bootstrap: each "
+             "cell's mean redrawn from its seeds' mean and standard error with Student's t noise). Past AdamW's "
+             "largest budget the ladder measures nothing: '> x' (and '< x' short of its smallest) is a bound, "
+             "never an extrapolation. Tokens, not compute: MARS-exact spends two forward-backward passes per "
+             "step."]
+    for setting, setting_runs in speedup_settings(runs).items():
+        ladder = adamw_ladder(setting_runs)
+        curve = AdamWCurve.of(ladder)
+        parts += ["", f"### {setting}", ""]
+        if curve is None:
+            budgets = ", ".join(format_tokens(b) for b in sorted(ladder)) or "none"
+            parts.append(f"No speedup: AdamW ran to the end of its own schedule at {len(ladder)} budget(s) here "
+                         f"({budgets}); the curve needs {MIN_BUDGETS} or more.")
+            continue
+        budgets = []
+        for tokens, seeds, fitted in zip(curve.tokens, curve.seeds, curve.loss(curve.tokens)):
+            spread = f" ± {statistics.stdev(seeds):.4f}" if len(seeds) > 1 else ""
+            budgets.append([format_tokens(int(tokens)), f"{statistics.mean(seeds):.4f}{spread}", f"{fitted:.4f}",
+                            str(len(seeds))])
+        parts += [f"AdamW's curve: {curve.describe()}.", "",
+                  markdown_table(["AdamW budget", "best val loss", "curve", "seeds"], budgets), ""]
+        others = {r.budget for r in setting_runs if r.optimizer != REFERENCE}
+        rows = []
+        for row in row_order(setting_runs):
+            for budget in sorted({r.budget for r in setting_runs if r.row == row}):
+                chosen = [r for r in setting_runs if r.row == row and r.budget == budget]
+                if chosen[0].optimizer == REFERENCE and budget not in others:
+                    continue
+                losses = [r.best_val_loss for r in chosen]
+                result = token_speedup(curve, losses, budget)
+                reached = "-" if result.value in (0.0, math.inf) else format_tokens(int(result.value * budget))
+                rows.append([row, format_tokens(budget), f"{statistics.mean(losses):.4f}", reached, result.text(),
+                             str(len(losses))])
+        parts.append(markdown_table(["optimizer", "tokens", "best val loss", "AdamW's tokens for it",
+                                     f"speedup ({LEVEL:.0%} interval)", "seeds"], rows))
+    return parts
 
 
 # -----------------------------------------------------------------------------
@@ -381,6 +656,45 @@ def plot_val_loss(runs: list[Run], x_axis: str, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_speedup(runs: list[Run], path: str) -> bool:
+    """Per setting with an AdamW curve: AdamW's seeds and curve against tokens, and every other optimizer's
+    mean best loss at its budget, joined by a dashed line to the tokens AdamW needs for it (an arrow past
+    the largest budget: a bound). False if no setting has a curve."""
+    panels = [(name, setting_runs, curve) for name, setting_runs in speedup_settings(runs).items()
+              if (curve := AdamWCurve.of(adamw_ladder(setting_runs))) is not None]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(9 * len(panels), 6), squeeze=False)
+    for ax, (name, setting_runs, curve) in zip(axes.flat, panels):
+        for tokens, seeds in zip(curve.tokens, curve.seeds):
+            ax.scatter([tokens] * len(seeds), seeds, color="black", s=12, zorder=3)
+        span = np.geomspace(curve.tokens[0], curve.tokens[-1], 200)
+        kind = "power law" if curve.power_law else "interpolation"
+        ax.plot(span, curve.loss(span), color="black", label=f"{REFERENCE} at each budget ({kind})")
+        others = [row for row in row_order(setting_runs) if not row.startswith(REFERENCE)]
+        for i, row in enumerate(others):
+            color = plt.get_cmap("tab20")(i % 20)
+            for budget in sorted({r.budget for r in setting_runs if r.row == row}):
+                losses = [r.best_val_loss for r in setting_runs if r.row == row and r.budget == budget]
+                loss, result = statistics.mean(losses), token_speedup(curve, losses, budget)
+                reached = min(max(result.value * budget, curve.tokens[0]), curve.tokens[-1])
+                ax.scatter([budget], [loss], color=color, marker="D", zorder=4, label=f"{row}: {result.text()}")
+                ax.plot([budget, reached], [loss, loss], color=color, linestyle="--", linewidth=1)
+                if result.value in (0.0, math.inf):
+                    ax.annotate("", xy=(reached * (1.25 if result.value else 0.8), loss), xytext=(reached, loss),
+                                arrowprops=dict(arrowstyle="->", color=color))
+        ax.set_xscale("log")
+        ax.set_xlabel("tokens (each AdamW run to the end of its own schedule)")
+        ax.set_ylabel("best validation loss")
+        ax.set_title(name)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 DIAGNOSTICS = {"update_rms": "update RMS", "mars/grad_change": "||g - g_prev|| / ||g||",
@@ -445,6 +759,8 @@ def main(argv: list[str] | None = None) -> str:
         plot_val_loss(runs, x_axis, os.path.join(args.out, plot_files[-1]))
     if plot_diagnostics(runs, os.path.join(args.out, "diagnostics.png")):
         plot_files.append("diagnostics.png")
+    if plot_speedup(runs, os.path.join(args.out, "speedup.png")):
+        plot_files.append("speedup.png")
     text = report_markdown(runs, plot_files)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(text)

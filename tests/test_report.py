@@ -1,11 +1,14 @@
 """scripts/report.py on synthetic runs: the paper's table (rows optimizers, columns model size x token
 budget, seeds averaged, incomplete runs marked), a sweep's rows per learning rate, wall-clock time
-from the logged ms/step with a resumed run's repeated steps, the downstream table, and the plots."""
+from the logged ms/step with a resumed run's repeated steps, the downstream table, the plots, and the
+token-equivalent speedup over AdamW (its curve's fit and inversion, the "> x" bound, the interval's
+coverage) on synthetic curves with known answers."""
 
 import json
 import math
 import statistics
 
+import numpy as np
 import pytest
 
 from optim import load_config
@@ -156,6 +159,105 @@ def test_significance_is_welchs_t_test_between_every_pair(tmp_path):
     assert float(row[5]) == pytest.approx(student_t_two_sided_p(t, df), rel=1e-2)
 
 
+BUDGETS = np.array([0.25, 0.5, 1, 2, 4]) * 1e6  # tokens: AdamW's ladder in the speedup tests
+
+
+def power_law(tokens):
+    """The synthetic AdamW curve the speedup tests know: L(D) = 2 + 0.5 (D / 1M)^-0.6."""
+    return 2.0 + 0.5 * (tokens / 1e6) ** -0.6
+
+
+def ladder_of(curve, spread=(-0.01, 0.0, 0.01)) -> dict[int, list[float]]:
+    """Budget -> three seeds' losses whose mean lies on curve."""
+    return {int(b): [float(curve(b)) + d for d in spread] for b in BUDGETS}
+
+
+def test_power_law_fit_and_inversion_recover_a_known_curve():
+    offset, amplitude, alpha = report.fit_power_law(BUDGETS, power_law(BUDGETS)[None, :])
+    assert (offset[0], amplitude[0], alpha[0]) == pytest.approx((2.0, 0.5, 0.6), rel=1e-3)
+    curve = report.AdamWCurve.of(ladder_of(power_law))
+    assert curve.power_law and curve.misfit_p > 0.99 and "saturating power law" in curve.describe()
+    # an optimizer reaching in 0.5M tokens what AdamW reaches in 1.5M: 3x the data
+    result = report.token_speedup(curve, [float(power_law(1.5e6))] * 3, int(0.5e6))
+    assert result.value == pytest.approx(3.0, rel=1e-3)
+    assert result.low < 3.0 < result.high  # the seeds' spread, through both sides
+    assert result.text().startswith("3x (")
+
+
+def test_the_interpolation_serves_where_no_power_law_fits():
+    """A straight line in log tokens is no saturating power law (alpha runs to 0): interpolation, exact
+    for such a line; a kink the seeds' noise cannot explain is refused by the F-test."""
+    line = lambda tokens: 3.0 - 0.2 * np.log(tokens / 1e6)
+    curve = report.AdamWCurve.of(ladder_of(line))
+    assert not curve.power_law and curve.misfit_p is None and "no power law fits" in curve.describe()
+    assert report.token_speedup(curve, [float(line(1.5e6))] * 3, int(1e6)).value == pytest.approx(1.5)
+    kinked = lambda tokens: power_law(tokens) + 0.1 * (tokens == 1e6)
+    curve = report.AdamWCurve.of(ladder_of(kinked, spread=(-0.001, 0.0, 0.001)))
+    assert not curve.power_law and curve.misfit_p < report.FIT_P and "misfit" in curve.describe()
+    # the interpolation is monotone: a budget that did worse than a smaller one does not bend it back
+    worse_at_the_end = {**ladder_of(line), int(4e6): [5.0, 5.0, 5.0]}
+    envelope = report.AdamWCurve.of(worse_at_the_end).loss(BUDGETS)
+    assert list(envelope) == pytest.approx(list(line(BUDGETS[:4])) + [float(line(2e6))])
+
+
+def test_a_speedup_past_the_ladder_is_a_bound_not_a_number():
+    curve = report.AdamWCurve.of(ladder_of(power_law))
+    # below AdamW's loss at its largest budget (4M tokens), from 1M tokens: more than 4x, no more is known
+    beyond = report.token_speedup(curve, [1.5, 1.51, 1.49], int(1e6))
+    assert beyond.value == math.inf and beyond.text() == "> 4x (> 4)"
+    # above AdamW's loss at its smallest budget (0.25M), from 1M tokens: less than 0.25x
+    short = report.token_speedup(curve, [4.0, 4.01, 3.99], int(1e6))
+    assert short.value == 0.0 and short.text() == "< 0.25x (< 0.25)"
+    # just inside the largest budget: a number, its interval open at the top
+    edge = report.token_speedup(curve, [float(power_law(3.9e6)) + d for d in (-0.01, 0.0, 0.01)], int(1e6))
+    assert edge.value == pytest.approx(3.9, rel=1e-3) and edge.text().endswith("to > 4)")
+
+
+def test_the_interval_covers_the_true_speedup_on_synthetic_seeds():
+    """Ladders of three noisy seeds a budget around a known curve, an optimizer of three seeds whose true
+    speedup is 2: the 95% interval covers 2 at least 93% of the time (it is conservative, see
+    report.draw_means), and stays narrow enough to say something (a median high / low under 1.6)."""
+    rng = np.random.default_rng(0)
+    hits, widths = 0, []
+    trials = 150
+    for trial in range(trials):
+        ladder = {int(b): list(power_law(b) + 0.01 * rng.standard_normal(3)) for b in BUDGETS}
+        losses = list(power_law(2e6) + 0.01 * rng.standard_normal(3))
+        result = report.token_speedup(report.AdamWCurve.of(ladder), losses, int(1e6), draws=400, seed=trial)
+        hits += result.low <= 2.0 <= result.high
+        widths.append(result.high / result.low)
+    assert hits / trials >= 0.93
+    assert statistics.median(widths) < 1.6
+
+
+def test_report_prices_each_optimizer_in_adamws_tokens(tmp_path):
+    """Through report.main: AdamW run to the end of its own schedule at five budgets (the ladder), MARS at
+    one; the speedup section, its figure, and a setting without a ladder saying so."""
+    steps = [8, 16, 32, 64, 128]  # x 491,520 tokens a step: 3.9M to 62.9M tokens
+    for total_iters in steps:
+        for seed, d in enumerate((-0.01, 0.0, 0.01)):
+            loss = float(power_law(total_iters * 491_520)) + d
+            write_run(tmp_path / f"adamw{total_iters}_{seed}", [11.0, loss], total_iters=total_iters,
+                      optimizer="adamw", seed=seed)
+    mars = [float(power_law(3 * 32 * 491_520)) + d for d in (-0.01, 0.0, 0.01)]  # AdamW's loss at 3x its tokens
+    for seed, loss in enumerate(mars):
+        write_run(tmp_path / f"mars{seed}", [11.0, loss], total_iters=32, seed=seed, **MARS)
+    write_run(tmp_path / "muon_medium", [11.0, 2.9], total_iters=10, optimizer="muon", model="medium",
+              num_params=354_551_808)
+    text = report.main([str(tmp_path), "--out", str(tmp_path / "report")])
+
+    assert "## Token-equivalent speedup over AdamW" in text
+    assert "AdamW's curve: a saturating power law fitted to the budgets' means by least squares" in text
+    runs = report.find_runs([str(tmp_path)])
+    curve = report.AdamWCurve.of(report.adamw_ladder([r for r in runs if r.optimizer == "AdamW"]))
+    expected = report.token_speedup(curve, mars, 32 * 491_520)
+    assert expected.value == pytest.approx(3.0, rel=1e-3)
+    assert f"| MARS-approx | 15.7M | {statistics.mean(mars):.4f} | 47.2M | {expected.text()} | 3 |" in text
+    assert f"| AdamW | 15.7M | {power_law(32 * 491_520):.4f} | 15.7M | 1x (" in text  # the curve through its own point
+    assert "No speedup: AdamW ran to the end of its own schedule at 0 budget(s) here (none)" in text
+    assert (tmp_path / "report" / "speedup.png").read_bytes().startswith(PNG_MAGIC)
+
+
 def test_curves_against_passes_count_mars_exact_twice_and_band_the_seeds(tmp_path):
     write_run(tmp_path / "exact", [11.0, 4.0, 3.0], total_iters=10, is_approx=False, **MARS)
     write_run(tmp_path / "approx1", [11.0, 4.2, 3.3], total_iters=10, seed=1, is_approx=True, **MARS)
@@ -198,10 +300,12 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
         ladder_run("mars_exact@4K", "0.003", seed, [5.0, 2.89 + seed / 100, loss], optimizer="mars", is_approx=False)
     text = batch_ladder.report(str(tmp_path))
 
-    assert "| adamw | 4K | 0.004 | 2.4200 ± 0.0200 |  | 3 |" in text  # bracketed by 0.002 and a divergence
+    assert "| adamw | 4K | 0.004 | 2.4200 ± 0.0200 |  | - | 3 |" in text  # bracketed by 0.002 and a divergence
     # at equal passes: the evaluation at half the tokens (step 4 of 8): 2.91, 2.92, 2.93
     # a finished rate below 0.003, an unfinished one above: not bracketed
-    assert "| mars_exact | 4K | 0.003 (edge) | 2.3200 ± 0.0265 | 2.9200 | 3 |" in text
+    assert "| mars_exact | 4K | 0.003 (edge) | 2.3200 ± 0.0265 | 2.9200 | - | 3 |" in text
+    # one AdamW budget per size: no curve to price MARS in AdamW's tokens, and the report says where
+    assert "AdamW's runs do not allow it at 4K (1 budget: 32.8K), 16K (0 budgets), 64K (0 budgets)" in text
     difference, t, p = report.welch([2.30, 2.31, 2.35], [2.40, 2.42, 2.44])
     assert f"| 4K | mars_exact | {difference:+.4f} | {t:.2f} | {p:.3g} |" in text and p < 0.05
     assert "| mars_exact | 4K | 0.300 | 0.500 | 0.500 |" in text  # cos 0.2, 0.3, 0.4; clip rate 0.25, 0.5, 0.75
