@@ -15,7 +15,6 @@ import torch.distributed as dist
 
 import train
 from conftest import REPO, without_key_bias
-from config import ConfigError
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config, mini_recipes
 from optim.routing import parameter_kinds
@@ -25,10 +24,19 @@ from runtime import Runtime
 
 # Every registry optimizer's mini recipe, and MARS's other rules. A model whose matrices split unevenly
 # over 2 and 4 ranks (c_attn: 102 rows, the position table: 30; FSDP2's blocks of ceil(rows / ranks)).
-VARIANTS = {name: recipe.args.split() for name, recipe in mini_recipes().items() if name != "soap"} | {
+VARIANTS = {name: recipe.args.split() for name, recipe in mini_recipes().items()} | {
     "mars_lion": ["config/mini_mars.py", "--mars_type=mars-lion", "--learning_rate=3e-4"],
     "mars_shampoo_exact": ["config/mini_mars.py", "--mars_type=mars-shampoo", "--is_approx=False"],
+    # SOAP's bases change twice within STEPS (v reordered, m carried over); a side over 100 is not rotated,
+    # 1-D parameters are: matrices rotated on both sides, on either, and 1-D parameters rotated or plain Adam
+    "soap": ["config/mini_soap.py", "--precondition_frequency=2", "--precondition_1d=True", "--max_precond_dim=100"],
 }
+# SOAP's first bases come from one gradient's statistics, rank-deficient here (the position table's R: 34 x 34
+# of rank <= 30; a 1-D parameter's: rank 1): eigh picks the null space's basis by rounding, and Adam's
+# per-coordinate steps in it differ by O(lr). So any change in the gradients' rounding moves SOAP's run by
+# O(1): one process with micro-batches of 2 against 4 differs by 0.57 after one update. On 2 ranks the
+# gradients are one process's bit for bit and so is SOAP; on 4 (gloo's sum order) it is not compared.
+ROUNDING_CHAOTIC = {"soap"}
 # grad_multiplier 10: MARS's clip of c divides 40% of the tensors and grad_clip 5 clips the gradients
 # (the sharded norms are in play).
 SHAPE = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--total_batch_size=240",
@@ -106,17 +114,14 @@ def test_every_optimizer_sharded_ends_where_one_process_ends(tiny_dataset, ranks
             torch.manual_seed(cfg.seed)
             start = GPT(GPTConfig(**cfg.model_args())).state_dict()
             assert relative_difference(weights, start) > 1e-3, name  # the runs moved
+            if nproc > 2 and name in ROUNDING_CHAOTIC:
+                continue
             sharded_weights, sharded_diagnostics = ranks_results[nproc][name]
             difference = relative_difference(without_key_bias(sharded_weights), without_key_bias(weights))
             assert difference <= (0.0 if nproc == 2 and name != "adamw" else TOLERANCE), (name, nproc)
             assert sharded_diagnostics.keys() == diagnostics.keys(), (name, nproc)
             for metric, value in diagnostics.items():
                 assert sharded_diagnostics[metric] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, nproc, metric)
-
-
-def test_soap_under_fsdp_is_refused_by_name(tiny_dataset):
-    with pytest.raises(ConfigError, match="SOAP.*data_parallel='ddp'"):
-        load_config(["config/mini_soap.py", f"--data_dir={tiny_dataset}", "--data_parallel=fsdp"])
 
 
 if __name__ == "__main__":  # torchrun: tests/test_fsdp.py DATA_DIR MICRO_BATCH DATA_PARALLEL OUT
