@@ -2,9 +2,12 @@
 Checkpoints: what one holds, how it is written so that no crash loses a run,
 how a run resumes from one, and how eval/sample/export load its model.
 
-In a run's out_dir, each save writes ckpt_<step>.pt (atomically: a temporary file,
-fsync'ed, renamed) and beside it ckpt_<step>.pt.sha256, the checksum of its bytes,
-computed while writing. Only then does ckpt.pt (a hard link, so no extra disk)
+In a run's out_dir, each save writes ckpt_<step>.pt atomically (a temporary file, fsync'ed,
+renamed), with the sha256 of every tensor inside it (`checksums`, by the tensor's path), so that it
+verifies wherever it is copied (cp -r, rsync and object stores turn the hard link below into a
+plain file and drop anything beside it) and a reader verifies exactly the bytes it reads: eval,
+sample and export the model's, resume all of them (checkpoints from before kept their checksum in a
+ckpt_<step>.pt.sha256 beside them, which is still read). Only then does ckpt.pt (a hard link, so no extra disk)
 move to the new file and do checkpoints beyond the newest `keep` go (ckpt_best.pt,
 a link to the best-validation one, optionally stays too). So the last good
 checkpoint is never touched before the next one is durable. Resume tries them
@@ -25,6 +28,7 @@ A checkpoint is a dict (torch.save, loadable with weights_only=True):
   loader                          {seed, next_step}: all the data loader needs to continue
   data_fingerprint                the training shards' names and sizes
   code_version
+  checksums                       {"model/lm_head.weight": sha256 hex, "optimizer/state/0/exp_avg": ...}
 """
 
 import glob
@@ -53,6 +57,7 @@ from runtime import InputError, broadcast_from_main, device_type, resolve_dtype,
 
 LATEST = "ckpt.pt"
 BEST = "ckpt_best.pt"
+CHECKSUMS = "checksums"  # a single-file checkpoint's record of its tensors' sha256, inside it
 # Settings that shape the optimizer and grad-scaler state whatever the optimizer: a resume cannot
 # change them (each optimizer declares its own in the registry, optim/__init__.py).
 STATE_KEYS = ("optimizer", "dtype")
@@ -72,15 +77,14 @@ def checksum_path(path: str) -> str:
     return path + ".sha256"
 
 
-class _HashingWriter:
-    """A file wrapper that hashes what is written through it (no second read of a large file), and
-    keeps the OSError of a failed write: torch's zip writer re-raises it as a RuntimeError."""
+class _ErrorKeepingWriter:
+    """A file wrapper that keeps the OSError of a failed write: torch's zip writer re-raises it as a
+    RuntimeError, which would hide a full disk."""
 
     def __init__(self, f: IO[bytes]):
-        self.f, self.sha, self.error = f, hashlib.sha256(), None
+        self.f, self.error = f, None
 
     def write(self, data) -> int:
-        self.sha.update(data)
         try:
             return self.f.write(data)
         except OSError as e:
@@ -91,27 +95,46 @@ class _HashingWriter:
         self.f.flush()
 
 
+def tensor_records(ckpt: dict, prefix: str = "") -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors by path ("model/lm_head.weight", "optimizer/state/0/exp_avg"), those under prefix."""
+    leaves, _ = torch.utils._pytree.tree_flatten_with_path({k: v for k, v in ckpt.items() if k != CHECKSUMS})
+    records = {"/".join(str(key.key if hasattr(key, "key") else key.idx) for key in path): value
+               for path, value in leaves if isinstance(value, torch.Tensor)}
+    return {name: tensor for name, tensor in records.items() if name.startswith(prefix)}
+
+
+def tensor_sha256(tensor: torch.Tensor) -> str:
+    """The sha256 of a tensor's bytes (read in place for a loaded checkpoint's: contiguous, memory-mapped)."""
+    return hashlib.sha256(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()).hexdigest()
+
+
+def verify_records(ckpt: dict, prefix: str = "") -> str | None:
+    """None when every tensor under prefix has the sha256 the checkpoint records inside it; else which not."""
+    recorded = ckpt[CHECKSUMS]
+    for name, tensor in tensor_records(ckpt, prefix).items():
+        if recorded.get(name) != tensor_sha256(tensor):
+            return f"its tensor {name} differs from the recorded sha256 inside it (corrupt)"
+    return None
+
+
 def save_checkpoint(out_dir: str, state: dict, keep: int, best: bool = False, keep_best: bool = False) -> str:
-    """Write state as out_dir/ckpt_<step>.pt with its checksum, point ckpt.pt (and, when best,
-    ckpt_best.pt) at it, then remove what is beyond the newest `keep`. Returns its path."""
+    """Write state, with its tensors' checksums inside, as out_dir/ckpt_<step>.pt, point ckpt.pt (and, when
+    best, ckpt_best.pt) at it, then remove what is beyond the newest `keep`. Returns its path."""
     path = step_path(out_dir, state["step"])
+    state = state | {CHECKSUMS: {name: tensor_sha256(tensor) for name, tensor in tensor_records(state).items()}}
     try:  # (atomic_write removes its temporary file when the write fails)
         with atomic_write(path) as f:
-            writer = _HashingWriter(f)
+            writer = _ErrorKeepingWriter(f)
             try:
                 torch.save(state, writer)
             except RuntimeError as e:
                 if writer.error is None:
                     raise
                 raise writer.error from e  # a full disk, as torch's zip writer reports it
-        with atomic_write(checksum_path(path), "w") as f:
-            f.write(writer.sha.hexdigest() + "\n")
         _link(path, os.path.join(out_dir, LATEST))
         if best and keep_best:
             _link(path, os.path.join(out_dir, BEST))
     except OSError as e:
-        if os.path.exists(path) and not os.path.exists(checksum_path(path)):
-            os.remove(path)  # complete but unverifiable, and it takes the space the next try needs
         raise CheckpointError(f"could not write checkpoint {path} {write_failure(e)}; then resume with "
                               f"--init_from=resume. The previous checkpoints in {out_dir} are untouched") from e
     rotate(out_dir, keep)
@@ -166,8 +189,8 @@ def _to_stderr(line: str) -> None:
 
 
 def recorded_checksum(path: str) -> str | None:
-    """The sha256 recorded for a checkpoint: its own .sha256, or for ckpt.pt and ckpt_best.pt (hard links)
-    that of the ckpt_<step>.pt they are; None when none is recorded."""
+    """The file's sha256 recorded beside a checkpoint from before the checksums inside: its own .sha256, or
+    for ckpt.pt and ckpt_best.pt (hard links) that of the ckpt_<step>.pt they are; None when none is."""
     for candidate in [path] + step_checkpoints(os.path.dirname(path) or "."):
         if os.path.exists(checksum_path(candidate)) and (candidate == path or os.path.samefile(candidate, path)):
             with open(checksum_path(candidate)) as f:
@@ -189,21 +212,20 @@ def verify_checksum(path: str, log=_to_stderr) -> str | None:
     return None
 
 
-def load_checkpoint(path: str, verify: bool = True, log=_to_stderr) -> dict:
+def load_checkpoint(path: str, verify: bool = True, log=_to_stderr, only: str = "") -> dict:
     """A checkpoint file's contents, or a CheckpointError naming what is wrong with it.
 
     Always loaded on the CPU and memory-mapped: a tensor's bytes are read from the file when it is
     used, so a caller that takes only the model never reads the optimizer state, and the caller
     moves what it uses to its device (CUDA RNG states, for one, must stay CPU tensors).
-    verify=False skips the sha256 pass (a resume's other ranks: rank 0 has verified the file)."""
+    Verified against the checksums inside it, the tensors under `only` ("model/": the model's alone,
+    all by default); a checkpoint from before them, against the file's .sha256 beside it.
+    verify=False skips that pass (a resume's other ranks: rank 0 has verified the file)."""
     if not os.path.exists(path):
         raise CheckpointError(f"no checkpoint at {path}; check the path (train.py writes <out_dir>/ckpt.pt, or "
                               "<out_dir>/ckpt_<step>/ under data_parallel=fsdp)")
     if os.path.isdir(path):
         return load_sharded_meta(path, verify)
-    problem = verify_checksum(path, log) if verify else None
-    if problem:
-        raise CheckpointError(f"{path}: {problem}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated zip, not a torch file, unpickling refused: all mean unusable
@@ -213,6 +235,10 @@ def load_checkpoint(path: str, verify: bool = True, log=_to_stderr) -> dict:
     missing = [k for k in ("model", "model_args") if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is not a train.py checkpoint (it lacks {', '.join(missing)})")
+    if verify:
+        problem = verify_records(ckpt, only) if CHECKSUMS in ckpt else verify_checksum(path, log)
+        if problem:
+            raise CheckpointError(f"{path}: {problem}; use an intact checkpoint (resume falls back to an older one)")
     return ckpt
 
 
@@ -348,8 +374,9 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> GPT
 
 def load_model(path: str, device: str | torch.device = "cpu") -> tuple[GPT, str]:
     """The model stored in a train.py checkpoint, on device, in eval mode, and the tokenizer it was trained
-    with (for eval/, sample.py, export): the optimizer state is never read."""
-    ckpt = load_checkpoint(path)
+    with (for eval/, sample.py, export): the optimizer state is never read, and only the model's bytes
+    are verified."""
+    ckpt = load_checkpoint(path, only="model/")
     return model_from_checkpoint(ckpt, device), tokenizer_of(ckpt)
 
 

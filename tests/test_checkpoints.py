@@ -11,8 +11,9 @@ import sys
 import pytest
 import torch
 
-from checkpoint import load_latest
+from checkpoint import CheckpointError, checksum_path, load_checkpoint, load_latest, step_path
 from conftest import REPO, run_train, tiny_run_args
+from data.shards import file_sha256
 
 STEPS = 10
 COMMON = dict(max_iters=STEPS, lr_decay_iters=STEPS, ckpt_interval=2, eval_interval=100, log_interval=1)
@@ -28,7 +29,7 @@ saves = [0]
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
-real_save, real_write, real_link, real_remove = checkpoint.save_checkpoint, checkpoint._HashingWriter.write, checkpoint._link, os.remove
+real_save, real_write, real_link, real_remove = checkpoint.save_checkpoint, checkpoint._ErrorKeepingWriter.write, checkpoint._link, os.remove
 
 def counting_save(*args, **kwargs):
     saves[0] += 1
@@ -52,7 +53,7 @@ def remove(path):
         die()
     return real_remove(path)
 
-checkpoint.save_checkpoint, checkpoint._HashingWriter.write, checkpoint._link = counting_save, write, link
+checkpoint.save_checkpoint, checkpoint._ErrorKeepingWriter.write, checkpoint._link = counting_save, write, link
 train.save_checkpoint = counting_save
 os.remove = remove
 train.main(sys.argv[3:])
@@ -77,8 +78,7 @@ def uninterrupted(tiny_dataset, tmp_path_factory) -> str:
 
 def test_the_newest_checkpoints_are_kept_with_checksums(uninterrupted, tiny_dataset, tmp_path):
     names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(uninterrupted, "ckpt*")))
-    assert names == ["ckpt.pt", "ckpt_0000008.pt", "ckpt_0000008.pt.sha256", "ckpt_0000010.pt",
-                     "ckpt_0000010.pt.sha256"]
+    assert names == ["ckpt.pt", "ckpt_0000008.pt", "ckpt_0000010.pt"]
     assert os.path.samefile(os.path.join(uninterrupted, "ckpt.pt"), os.path.join(uninterrupted, "ckpt_0000010.pt"))
     out = str(tmp_path / "best")
     run_train(tiny_run_args(tiny_dataset, out, **{**COMMON, "eval_interval": 2, "ckpt_keep": 1,
@@ -90,7 +90,7 @@ def test_the_newest_checkpoints_are_kept_with_checksums(uninterrupted, tiny_data
 
 @pytest.mark.parametrize("where, save, resumed_step", [
     ("inside the write", 3, 4),  # the 3rd save (step 6) dies half-written: step 4 is the last durable one
-    ("before ckpt.pt moves", 2, 4),  # step 4 is complete, with its checksum, before ckpt.pt points at it
+    ("before ckpt.pt moves", 2, 4),  # step 4 is complete, its checksums inside, before ckpt.pt points at it
     ("while removing old ones", 3, 6),
 ])
 def test_sigkill_then_resume_ends_bit_identical(where, save, resumed_step, uninterrupted, tiny_dataset, tmp_path):
@@ -190,3 +190,60 @@ def test_resuming_with_another_model_size_is_refused(tiny_dataset, tmp_path):
     proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=4, init_from="resume", n_layer=3), check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "differs from the config's" in proc.stderr
     assert outputs() == before
+
+
+def flip_byte_of(path: str, tensor: torch.Tensor) -> None:
+    """Flip one byte in the middle of a tensor's bytes where they lie in the checkpoint file."""
+    data = bytearray(open(path, "rb").read())
+    raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    at = data.find(raw)
+    assert at >= 0 and data.find(raw, at + 1) < 0  # found, once
+    data[at + len(raw) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+def test_a_copied_checkpoint_verifies_for_every_reader(tiny_dataset, tmp_path):
+    """A run folder copied with cp -r (ckpt.pt a plain file, no longer the hard link), a byte of the model's
+    weights flipped: sample and the HF export (eval/ reads through the same load_model) refuse it by name,
+    with no traceback. A byte of the
+    optimizer state flipped in the copy's newest checkpoint: those readers still load the model, which
+    they alone read and verify; resume skips it, naming the tensor, and continues from the older one."""
+    out, copy = str(tmp_path / "run"), str(tmp_path / "copy")
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=6, eval_interval=3))
+    subprocess.run(["cp", "-r", out, copy], check=True)
+    latest, newest = os.path.join(copy, "ckpt.pt"), step_path(copy, 6)
+    assert not os.path.samefile(latest, newest)
+    flip_byte_of(latest, torch.load(latest, weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"])
+    readers = {
+        "sample": [sys.executable, str(REPO / "sample.py"), "--device", "cpu", "--num_samples", "1",
+                   "--max_new_tokens", "2", "--checkpoint"],
+        "export": [sys.executable, "-m", "eval.export_hf", "--out", str(tmp_path / "hf"), "--checkpoint"],
+    }
+    for command in readers.values():
+        proc = subprocess.run(command + [latest], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert "model/transformer.h.0.mlp.c_fc.weight differs from the recorded sha256" in proc.stderr
+
+    flip_byte_of(newest, torch.load(newest, weights_only=True)["optimizer"]["state"][0]["exp_avg"])
+    proc = subprocess.run(readers["sample"] + [newest], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-2000:]
+    proc = run_train(tiny_run_args(tiny_dataset, copy, max_iters=9, eval_interval=3, init_from="resume"))
+    output = proc.stdout + proc.stderr
+    assert "skipping checkpoint" in output and "optimizer/state/0/exp_avg differs" in output, output[-3000:]
+    assert f"resuming {step_path(copy, 3)} at step 3" in output, output[-3000:]
+
+
+def test_a_checkpoint_from_before_the_checksums_inside_is_verified_by_its_file(tmp_path):
+    """A checkpoint written before the checksums inside (its file's sha256 in a .sha256 beside it) still
+    loads verified, and a flipped byte is named; with neither, it loads with a warning."""
+    path = str(tmp_path / "ckpt_0000001.pt")
+    torch.save(dict(model={"w": torch.arange(1000.0)}, model_args={}, step=1), path)
+    with open(checksum_path(path), "w") as f:
+        f.write(file_sha256(path) + "\n")
+    assert load_checkpoint(path)["step"] == 1
+    flip_byte_of(path, torch.arange(1000.0))
+    with pytest.raises(CheckpointError, match="differs from the recorded"):
+        load_checkpoint(path)
+    os.remove(checksum_path(path))
+    warnings = []
+    assert load_checkpoint(path, log=warnings.append)["step"] == 1 and "no checksum recorded" in warnings[0]

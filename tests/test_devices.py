@@ -75,8 +75,9 @@ def write_checkpoint_with_optimizer_state(out_dir: str, config: GPTConfig, state
 
 def test_loading_a_model_takes_host_memory_for_the_model_not_the_checkpoint(tmp_path):
     """A 64 MB model with 3 copies of optimizer state (a 256 MB checkpoint, as MARS's): loading the model
-    for evaluation grows the process's peak memory by less than the model (memory-mapped weights,
-    the optimizer state never read). Loading the whole checkpoint took all of it."""
+    for evaluation grows the process's peak memory by the model at most (memory-mapped weights, read
+    once to verify their checksums, no copy; the optimizer state never read). Loading the whole
+    checkpoint took all of it."""
     config = GPTConfig(block_size=64, n_layer=2, n_head=4, n_embd=256)  # the embedding: 50304 x 256
     ckpt_path = write_checkpoint_with_optimizer_state(str(tmp_path), config, state_copies=3)
     model_bytes = 4 * GPT(config).num_params()
@@ -92,7 +93,7 @@ def test_loading_a_model_takes_host_memory_for_the_model_not_the_checkpoint(tmp_
                           check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     peak_growth = int(proc.stdout.split()[-1])
     assert os.path.getsize(ckpt_path) > 3.5 * model_bytes
-    assert peak_growth < 0.1 * model_bytes, (peak_growth, model_bytes)
+    assert peak_growth < 1.1 * model_bytes, (peak_growth, model_bytes)
 
 
 def test_batches_move_from_host_memory_to_any_device():
