@@ -225,10 +225,6 @@ def _check_values(cfg: TrainConfig) -> None:
     if cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: the schedule decays "
                           "from learning_rate down to min_lr; lower min_lr")
-    if cfg.data_parallel == "fsdp" and cfg.hellaswag_interval:
-        raise ConfigError("hellaswag_interval runs under data_parallel='ddp' only (each rank scores its own "
-                          "examples, which sharded forwards cannot); set hellaswag_interval=0 and score the "
-                          "checkpoints with python -m eval.hellaswag")
     if cfg.async_checkpoint and cfg.data_parallel != "fsdp":
         raise ConfigError("async_checkpoint=True needs data_parallel='fsdp' (sharded checkpoints written through "
                           "DCP); under ddp rank 0 writes one file: set async_checkpoint=False")

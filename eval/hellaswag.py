@@ -22,6 +22,7 @@ from typing import ContextManager
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 
 from checkpoint import load_model
 from data.tokenizer import Encoding
@@ -135,6 +136,25 @@ def argmax(values: list[float]) -> int:
     return max(range(len(values)), key=values.__getitem__)
 
 
+def forwards_behind(sequences: int, batch_size: int, device: str) -> int:
+    """How many fewer forwards this rank's share of sequences takes than the most any rank's takes (a
+    collective, before any forward: a sharded model's forward is one too, each gathering the weights)."""
+    forwards = torch.tensor(-(-sequences // batch_size), device=device)
+    most = forwards.clone()
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    return int(most - forwards)
+
+
+@torch.no_grad()
+def run_forwards(model: GPT, count: int, device: str) -> None:
+    """count one-token forwards, which a sharded model's ranks run to keep their collectives in step."""
+    was_training = model.training
+    model.eval()
+    for _ in range(count):
+        model(torch.zeros(1, 1, dtype=torch.long, device=device))
+    model.train(was_training)
+
+
 def evaluate_hellaswag(
     model: GPT,
     examples: list[dict],
@@ -151,11 +171,14 @@ def evaluate_hellaswag(
     and the counts are summed over ranks, so every rank returns the full result."""
     enc = model_encoding(tokenizer, model.config.vocab_size)
     shard = examples[rank::world_size]
+    sharded = world_size > 1 and isinstance(model, FSDPModule)
+    behind = forwards_behind(sum(len(query_choices_gold(e)[1]) for e in shard), batch_size, device) if sharded else 0
     correct = correct_norm = 0
     for example, lls in zip(shard, score_examples(model, shard, device, autocast_ctx, batch_size, enc)):
         _, choices, gold = query_choices_gold(example)
         correct += argmax(lls) == gold
         correct_norm += argmax([ll / len(choice) for ll, choice in zip(lls, choices)]) == gold
+    run_forwards(model, behind, device)
     totals = torch.tensor([correct, correct_norm, len(shard)], dtype=torch.float64, device=device)
     if world_size > 1:
         dist.all_reduce(totals)

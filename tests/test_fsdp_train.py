@@ -151,3 +151,24 @@ def test_sharded_soap_resumes_bit_exact_and_loads_into_one_process(tiny_dataset,
     proc = run_train(tiny_run_args(tiny_dataset, single, max_iters=12, init_from="resume", **soap))
     assert "resuming" in proc.stdout + proc.stderr
     assert os.path.exists(os.path.join(single, "ckpt_0000012.pt"))
+
+
+def test_hellaswag_in_the_loop_sharded_scores_as_one_process(tiny_dataset, tmp_path):
+    """In-loop HellaSwag under FSDP on 2 ranks: 5 examples split 3 / 2, so the ranks' shares take 3 and 2
+    forwards of 4 sequences (a sharded forward is a collective: without the padding forwards rank 0
+    waits for rank 1 forever); the scores equal one process's."""
+    test_train = __import__("test_train")
+    path = tmp_path / "hellaswag.jsonl"
+    examples = [dict(ind=i, activity_label="Cooking", ctx_a="A man cracks an egg into a bowl.", ctx_b="he",
+                     ctx="", endings=["whisks it.", "flies away [title] now.", "sings.", "eats the bowl."],
+                     label=i % 4, split="val", source_id=f"x{i}") for i in range(5)]
+    path.write_text("".join(json.dumps(e) + "\n" for e in examples))
+    scores = {}
+    for nproc, data_parallel in ((2, "fsdp"), (0, "ddp")):
+        out = str(tmp_path / data_parallel)
+        run_train(tiny_run_args(tiny_dataset, out, max_iters=2, hellaswag_interval=2, hellaswag_file=str(path),
+                                data_parallel=data_parallel, **COMMON), nproc=nproc, timeout=240)
+        scores[data_parallel] = [(r["step"], r["count"], r["acc"], r["acc_norm"])
+                                 for r in test_train.read_metrics(out, "hellaswag")]
+    assert [row[:2] for row in scores["fsdp"]] == [(0, 5), (2, 5)]
+    assert scores["fsdp"] == scores["ddp"]
