@@ -176,7 +176,9 @@ class StepContext:
             last_micro_step = micro_step == grad_accum - 1
             with gradient_sync(self.model, last_micro_step):
                 with self.autocast:
-                    _, loss = self.model(to_device(x, rt.device), to_device(y, rt.device))
+                    # only the loss is bound: the logits (B x T x vocab) go when the forward ends, not after
+                    # the backward (the loss's graph keeps what its backward needs)
+                    loss = self.model(to_device(x, rt.device), to_device(y, rt.device))[1]
                     loss = loss / (grad_accum / cfg.grad_multiplier)
                 self.scaler.scale(loss).backward()
             loss_total += loss.detach()

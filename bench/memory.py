@@ -41,8 +41,13 @@ GB = 1e9 bytes.
                4C a; GELU's output 4C a. Under activation checkpointing a block keeps only its input (fp32
                under DDP, bf16 under FSDP). Besides: token ids, targets and positions; ln_f's input and
                statistics and lm_head's input.
-  logits       B x T x vocab: the logits (which train.py holds until the next micro-step), log-softmax's fp32
-               output, and in the loss's backward the fp32 gradients of both: (a + 12) bytes per logit.
+  logits       B x T x vocab. train.py binds only the loss: the logits go when the forward ends, and the
+               loss's graph keeps only log-softmax's fp32 output. In the cross-entropy's forward: the logits,
+               their fp32 cast (under autocast) and log-softmax's output, a + 4 bytes per logit, + 4 under
+               autocast (then the activations also count ln_f's fp32 output, 4C per token, which GPT.forward
+               holds until it returns; lm_head's input is its cast). In the loss's backward: log-softmax's
+               output and the fp32 gradients of it and of its input, 12 bytes per logit. None in a block's
+               backward.
   workspace    a stated constant on CUDA, WORKSPACE_BYTES: the CUDA context (~0.5 GB, outside torch's
                allocator), cuBLAS and flash-attention workspaces, NCCL's buffers. Not modelled: the caching
                allocator's fragmentation, and the optimizer step's temporaries (none in fused AdamW and the
@@ -50,9 +55,10 @@ GB = 1e9 bytes.
                activations and logits do not, and are smaller).
 
 Activations, logits and autocast's copies are taken at the largest of three moments: the forward's end
-(autocast's cache full), the loss's backward (the logits' gradients) and a block's backward (that block
-recomputed under checkpointing; the residual stream's gradient and one more MLP-wide gradient flowing, a
-weight's gradient, and the tied embedding's gradient from the head, held until the embedding's is added).
+(autocast's cache full; the cross-entropy's forward), the loss's backward (the logits' gradients) and a
+block's backward (that block recomputed under checkpointing; the residual stream's gradient and one more
+MLP-wide gradient flowing, a weight's gradient, and the tied embedding's gradient from the head, held until
+the embedding's is added).
 
 Communication per step, bytes a rank receives (ring collectives; the busiest rank's where they differ):
 DDP all-reduces the fp32 gradients once per forward-backward pass (MARS-exact: two); FSDP all-gathers each
@@ -401,19 +407,28 @@ def moment_items(run: Run, tensors: list[Tensor]) -> list[Item]:
         matrices = [t for t in tensors if t.kind in ("attention", "mlp")]
         copies = {"all": 2 * (sum(t.numel for t in matrices) + V * C), "head": 2 * V * C,
                   "block": 2 * sum(t.numel for t in matrices if t.block == 0)}
-    moments = {  # name: (activations, logits, copies)
-        "the forward's end": (tokens * (blocks + head) + batch, tokens * (a + 4) * V, copies["all"]),
-        "the loss's backward": (tokens * (blocks + head) + batch, tokens * (a + 12) * V,
-                                copies["head"] if checkpointed else copies["all"]),
+    # The cross-entropy's forward: the logits, their fp32 cast under autocast (the logits themselves in fp32)
+    # and log-softmax's fp32 output; and, under autocast, ln_f's fp32 output, which GPT.forward holds until it
+    # returns (lm_head's saved input is its cast). The loss's backward: log-softmax's saved output, its gradient
+    # (nll_loss's) and its input's. train.py binds only the loss, so none is left in a block's backward.
+    cast = 4 if a != 4 else 0
+    moments = {  # name: (activations, logits, copies, what the logits term is)
+        "the forward's end": (tokens * (blocks + head + cast * C) + batch, tokens * (a + 4 + cast) * V,
+                              copies["all"], f"{'bf16' if a == 2 else 'fp32'} logits"
+                              + (", their fp32 cast" if cast else "") + " and fp32 log-softmax"),
+        "the loss's backward": (tokens * (blocks + head) + batch, tokens * 12 * V,
+                                copies["head"] if checkpointed else copies["all"],
+                                "fp32 log-softmax and the gradients of it and of its input"),
         "a block's backward": (tokens * (blocks + recompute + flowing) + batch + weight_gradient + tied_gradient,
-                               tokens * a * V, copies["block"] if checkpointed else copies["all"] - copies["head"]),
+                               0, copies["block"] if checkpointed else copies["all"] - copies["head"],
+                               "none (freed by the loss's backward)"),
     }
-    moment = max(moments, key=lambda name: sum(moments[name]))
-    acts, logits, copied = moments[moment]
+    moment = max(moments, key=lambda name: sum(moments[name][:3]))
+    acts, logits, copied, logits_what = moments[moment]
     what = (f"micro-batch {cfg.micro_batch_size} x {gpt.block_size} tokens, "
             + ("each block's input + one block recomputed" if checkpointed else "every block") + f"; at {moment}")
     items = [Item("activations", "activations", what, acts),
-             Item("logits", "logits", f"{'bf16' if a == 2 else 'fp32'} logits, fp32 log-softmax and gradients", logits)]
+             Item("logits", "logits", logits_what, logits)]
     if copied:
         items.insert(0, Item("parameters", "autocast copies", f"bf16 copies of the matrices (autocast), at {moment}",
                              copied))

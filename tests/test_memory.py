@@ -185,7 +185,8 @@ class FixedBatch:
         return tuple(t.clone() for t in self.batch)
 
 
-# A large vocabulary (the peak at the loss's backward, as in GPT-2) and a small one (at a block's backward).
+# A large vocabulary (the peak at the loss's backward, as in GPT-2; bf16 with checkpointing: the cross-entropy's
+# forward, where the autocast copies are all alive) and a small one (at a block's backward).
 ACTIVATION_SHAPES = {"vocab 512": ["--n_layer=3", "--n_head=2", "--n_embd=48", "--block_size=32", "--vocab_size=512"],
                      "vocab 32": ["--n_layer=3", "--n_head=2", "--n_embd=48", "--block_size=32", "--vocab_size=32"]}
 ACTIVATION_TOLERANCE = 0.02
