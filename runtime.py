@@ -72,8 +72,14 @@ def init_runtime(device_setting: str) -> Runtime:
     return Runtime(rank, local_rank, world_size, device)
 
 
-def close_runtime(rt: Runtime) -> None:
+def close_runtime() -> None:
+    """The end of a process that finished its distributed work, on every rank (after waiting for its
+    asynchronous work: an async checkpoint's writes, StopSignal.close). A barrier first, so that no rank
+    tears down its connections while another still uses them, which under load ended a finished rank
+    in SIGABRT; then every process group goes. Only on success (as torchtitan): after an exception the
+    other ranks may never reach the barrier, so it propagates and the process exits nonzero as it is."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
@@ -91,14 +97,6 @@ def broadcast_from_main(obj: object) -> object:
     holder = [obj]
     dist.broadcast_object_list(holder, src=0)
     return holder[0]
-
-
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """Whether flag holds on some rank (a collective: every rank calls it at the same point)."""
-    value = torch.tensor(float(flag), device=device)
-    if dist.is_initialized():
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
 
 
 def resolve_dtype(dtype_setting: str, device: torch.device) -> str:
@@ -157,12 +155,20 @@ def code_version() -> str:
 
 
 class StopSignal:
-    """SIGTERM/SIGINT (preemption, Ctrl-C) as a request to stop, which all ranks agree on
-    at the steps where they call agreed() together. A second Ctrl-C kills."""
+    """SIGTERM/SIGINT (preemption, Ctrl-C) as a request to stop, which every rank agrees on within two
+    steps of the signal, without stalling a step. A scheduler gives about 30 s from SIGTERM to SIGKILL,
+    too little to wait for a log step. The loop calls step_done() after each step, on every rank:
+    one process reads its own flag; under torch.distributed each call starts an asynchronous MAX
+    all-reduce of this rank's flag and reads the previous call's, so every rank gets the same answer
+    at the same step. The flag is a CPU tensor reduced over a gloo group of its own, so on GPUs it
+    never syncs the host with the device or waits in a queue behind training's NCCL collectives;
+    waited a step after it started, a few bytes, it has long arrived. A second Ctrl-C kills."""
 
     def __init__(self) -> None:
         self.received: str | None = None  # this rank's signal
-        self.requested = False  # some rank's signal, as of the last agreed()
+        self.requested = False  # some rank's signal, as of the last step_done()
+        self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None  # (a collective)
+        self.pending: tuple[dist.Work, torch.Tensor] | None = None  # the all-reduce of the last step's flags
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._handle)
 
@@ -170,10 +176,25 @@ class StopSignal:
         self.received = signal.Signals(signum).name
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    def agreed(self, device: torch.device) -> bool:
-        """Whether any rank got a signal (a collective: every rank calls it at the same step)."""
-        self.requested = any_rank(self.received is not None, device)
+    def step_done(self) -> bool:
+        """Whether to stop now: some rank got a signal before the previous call (one process: before
+        this one). Every rank calls it once after each step."""
+        if self.group is None:
+            self.requested = self.received is not None
+            return self.requested
+        if self.pending is not None:
+            work, flags = self.pending
+            work.wait()
+            self.requested = bool(flags.item())
+        flag = torch.tensor(int(self.received is not None))
+        self.pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True), flag)
         return self.requested
+
+    def close(self) -> None:
+        """Wait for the last all-reduce (before close_runtime: no collective may be in flight at teardown)."""
+        if self.pending is not None:
+            self.pending[0].wait()
+            self.pending = None
 
     @property
     def exit_status(self) -> int:

@@ -226,7 +226,7 @@ def evaluate(model: GPT, windows: TokenWindows, window_ids: np.ndarray, batches:
         ids = window_ids[i : i + micro_batch_size]
         x, y = windows.gather(ids if len(ids) else np.zeros(1, dtype=np.int64))
         with autocast:
-            _, loss = model(to_device(x, rt.device), to_device(y, rt.device))
+            loss = model(to_device(x, rt.device), to_device(y, rt.device))[1]  # (the logits go now)
         if len(ids):
             loss_sum += loss * len(ids)
     model.train()
@@ -324,7 +324,7 @@ def train(cfg: TrainConfig) -> int:
         val_loss = evaluate(raw_model, data.val_windows, data.val_ids, data.val_batches, cfg.micro_batch_size, rt,
                                 autocast)
         log.print(f"checkpoint of {cfg.out_dir} at step {run.step}: val loss {val_loss:.4f}")
-        close_runtime(rt)
+        close_runtime()
         return 0
     if run.step > total_iters:  # the loop stops when run.step reaches total_iters: it never would
         length = f"max_tokens={cfg.max_tokens}" if cfg.max_tokens else f"max_iters={cfg.max_iters}"
@@ -354,7 +354,8 @@ def train(cfg: TrainConfig) -> int:
     start_step, ckpt_interval = run.step, cfg.ckpt_interval or cfg.eval_interval
 
     # `run.step` counts completed optimizer steps. The checks that need the host (NaN/inf loss,
-    # stop signals, logging) run every log_interval steps and before a checkpoint.
+    # logging) run every log_interval steps and before a checkpoint; stop signals, every step without
+    # one (StopSignal).
     while True:
         if run.step > start_step:  # from the second step on: compiling the first can take minutes
             watchdog.beat(run.step)
@@ -402,11 +403,11 @@ def train(cfg: TrainConfig) -> int:
         loss, grad_norm, diagnostics = steps.optimizer_step(run.step, kinds if log_now else None)
         window.add(loss, grad_norm, cfg.grad_clip)
         run.step += 1
+        stop.step_done()  # every rank sees a signal at the same step, at most two after it came
         log.advance()
 
         if log_now:  # the only host syncs of a step
             mean_loss = window.mean_loss(rt, run.step, cfg.out_dir)
-            stop.agreed(rt.device)  # every rank must leave the loop at the same step
             row = window.train_row(mean_loss, run.step, grad_norm, diagnostics, cfg) | dict(lr=lr)
             if flops:
                 row["mfu"] = raw_model.estimate_mfu(row["tokens_per_s"] / rt.world_size, flops, passes_per_step)
@@ -422,7 +423,8 @@ def train(cfg: TrainConfig) -> int:
         with evaluation_weights(optimizer):
             print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
     log.close()
-    close_runtime(rt)
+    stop.close()
+    close_runtime()
     return stop.exit_status
 
 

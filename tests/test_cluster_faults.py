@@ -3,22 +3,36 @@ The faults a shared cluster produces, reproduced for real: a full file system (a
 this machine lets us mount one, and always a file-size limit, which makes torch's zip writer fail
 the same way), a read-only out_dir, two runs started in one out_dir at once (two real processes),
 and a checkpoint whose bytes changed after it was written (ckpt.pt, the path users pass on).
+Also a scheduler's preemption (a real SIGTERM at a known step, to one process and to one rank of two)
+and a file system without flock (NFS without a lock daemon: the kernel answers flock with ENOLCK,
+here through a seccomp filter on the real system call).
 """
 
+import array
 import contextlib
+import ctypes
+import errno
+import fcntl
 import glob
 import json
 import os
+import platform
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
+import torch
 
 from checkpoint import checksum_path, load_latest, step_path
 from conftest import REPO, run_train, tiny_run_args
+from runlog import OWNER
+from test_fsdp_train import worker_of_rank
 
 SMALL = dict(vocab_size=128, max_iters=12, eval_interval=6, optimizer="mars")  # a ~100 KB checkpoint
 
@@ -115,27 +129,197 @@ def test_a_read_only_out_dir_is_named(tiny_dataset, tmp_path):
         assert_run_intact(out, 6)
 
 
-def test_a_second_run_in_the_same_out_dir_is_refused_while_the_first_runs(tiny_dataset, tmp_path):
+# ----------------------------------------------------------------------------- preemption
+
+WRITE = {"x86_64": 1, "aarch64": 64}.get(platform.machine())  # write(2)'s system call number
+F_SETPIPE_SZ, PIPE_SIZE = 1031, 4096
+
+
+def blocked_writing_stdout(pid: int, pipe: int) -> bool:
+    """Whether the process is stuck in write(2) to its stdout (fd 1) with the pipe full
+    (/proc/PID/syscall: the call's number, then its arguments)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            call = f.read().split()[:2]
+    except OSError:
+        return False
+    pending = array.array("i", [0])
+    fcntl.ioctl(pipe, termios.FIONREAD, pending)
+    return call == [str(WRITE), "0x1"] and pending[0] > PIPE_SIZE - 512
+
+
+@pytest.mark.skipif(WRITE is None, reason="write(2)'s number on this architecture is not listed")
+@pytest.mark.parametrize("nproc", [0, 2], ids=["one_process", "torchrun_2_ranks"])
+def test_sigterm_saves_within_two_steps_at_any_log_interval(tiny_dataset, tmp_path, nproc):
+    """A scheduler's preemption leaves about 30 s from SIGTERM to SIGKILL: with log_interval=1000 the
+    run must still save within two steps (one process: at the next step), exit 143 and resume. The
+    signal comes at a known step: the run prints a line after each checkpoint (ckpt_interval=1) into
+    a one-page pipe that the test stops reading, so rank 0 blocks in write(2) right after saving step N,
+    before step N+1. Then SIGTERM goes to the process (one process) or to rank 1, which is waiting for
+    rank 0 inside step N+1, and the test reads again."""
     out = str(tmp_path / "run")
+    args = tiny_run_args(tiny_dataset, out, vocab_size=128, max_iters=100_000, eval_interval=100_000,
+                         log_interval=1000, ckpt_interval=1, ckpt_keep=1, micro_batch_size=4)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    proc = subprocess.Popen([*(launcher if nproc else [sys.executable]), str(REPO / "train.py"), *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0,  # (no reading ahead)
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
+    workers, seen = [], []
+    try:
+        fcntl.fcntl(proc.stdout.fileno(), F_SETPIPE_SZ, PIPE_SIZE)
+        for line in proc.stdout:  # training is under way; then the test stops reading
+            seen.append(line)
+            if line.startswith(b"step 3: saved"):
+                break
+        assert proc.poll() is None, b"".join(seen).decode()
+        workers = [worker_of_rank(proc.pid, rank) for rank in range(nproc)] if nproc else [proc.pid]
+        deadline = time.time() + 120
+        while not blocked_writing_stdout(workers[0], proc.stdout.fileno()):
+            assert time.time() < deadline and proc.poll() is None, "rank 0 never blocked on its output"
+            time.sleep(0.05)
+        saved = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"]  # N
+        os.kill(workers[-1], signal.SIGTERM)
+        output = (b"".join(seen) + proc.communicate(timeout=180)[0]).decode(errors="replace")
+    finally:
+        if proc.poll() is None:  # (today's code ran on to step 1000)
+            for pid in [*workers, proc.pid]:
+                with contextlib.suppress(ProcessLookupError, TypeError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait()
+    stopped = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"]
+    print(f"signal after step {saved}; saved and stopped at step {stopped}")
+    assert saved < stopped <= saved + (2 if nproc else 1), output[-3000:]
+    assert f"at step {stopped}; resume with --init_from=resume" in output, output[-3000:]
+    if nproc:  # torchrun exits 1; each rank exits 143, unless torchrun ended it first (-15: it had left the loop)
+        codes = set(re.findall(r"exitcode\s*: (-?\d+)", output))
+        assert "143" in codes and codes <= {"143", "-15"}, output[-3000:]
+    else:
+        assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in output, output[-3000:]
+    run_train(tiny_run_args(tiny_dataset, out, vocab_size=128, max_iters=stopped + 2, init_from="resume",
+                            eval_interval=100_000, micro_batch_size=4), nproc=nproc)
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == stopped + 2
+
+
+# ----------------------------------------------------------------------------- a file system without flock
+
+FLOCK = {"x86_64": 73, "aarch64": 32}.get(platform.machine())  # flock(2)'s system call number
+
+
+def flock_fails_with(error: int):
+    """A preexec_fn: in the child (and whatever it starts) the kernel answers every flock(2) with `error`,
+    as NFS without a lock daemon answers ENOLCK and Lustre mounted without flock ENOSYS. A seccomp
+    filter: the fault at the system-call boundary, where the file system's would be."""
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+
+    LOAD_SYSCALL_NUMBER, JUMP_IF_EQUAL, RETURN = 0x20, 0x15, 0x06
+    SECCOMP_RET_ERRNO, SECCOMP_RET_ALLOW = 0x00050000, 0x7FFF0000
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+    def install() -> None:
+        code = (Instruction * 4)(Instruction(LOAD_SYSCALL_NUMBER, 0, 0, 0),
+                                 Instruction(JUMP_IF_EQUAL, 0, 1, FLOCK),
+                                 Instruction(RETURN, 0, 0, SECCOMP_RET_ERRNO | error),
+                                 Instruction(RETURN, 0, 0, SECCOMP_RET_ALLOW))
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) or libc.prctl(
+                PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(code), code)), 0, 0):
+            raise OSError(ctypes.get_errno(), "cannot install the seccomp filter")
+
+    return install
+
+
+needs_seccomp = pytest.mark.skipif(FLOCK is None or sys.platform != "linux",
+                                   reason="a seccomp filter on flock(2) needs Linux on x86_64 or aarch64")
+
+
+@pytest.mark.parametrize("flock_error", [None, errno.ENOLCK], ids=["flock", "without_flock"])
+def test_a_second_run_in_the_same_out_dir_is_refused_while_the_first_runs(tiny_dataset, tmp_path, flock_error):
+    """Two real runs in one out_dir, where flock works and where it fails with ENOLCK (NFS without a lock
+    daemon): then the run says so by name and claims out_dir with run.lock.owner (O_EXCL), which refuses
+    the second run just as well and goes when the first ends."""
+    if flock_error and FLOCK is None:
+        pytest.skip("a seccomp filter on flock(2) needs Linux on x86_64 or aarch64")
+    out, host = str(tmp_path / "run"), socket.gethostname()
     args = tiny_run_args(tiny_dataset, out, max_iters=1_000_000, lr_decay_iters=100, eval_interval=50,
                          log_interval=5)
-    first = subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    train = [sys.executable, str(REPO / "train.py")]
+    options = dict(cwd=REPO, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                   preexec_fn=flock_fails_with(flock_error) if flock_error else None)
+    first = subprocess.Popen(train + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
     try:
         metrics = os.path.join(out, "metrics.jsonl")
         deadline = time.time() + 120
         while not (os.path.exists(metrics) and os.path.getsize(metrics)) and first.poll() is None:
             assert time.time() < deadline, "the first run never logged"
             time.sleep(0.2)
-        second = run_train(args, check=False)
-        assert_named_error(second, f"{out} is in use by another run (pid {first.pid} on", "choose another out_dir")
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        if flock_error:
+            owner = json.load(open(os.path.join(out, OWNER)))
+            assert (owner["pid"], owner["host"]) == (first.pid, host), owner
+        second = subprocess.run(train + args, capture_output=True, timeout=300, **options)
+        fix = f"delete {os.path.join(out, OWNER)} and start again" if flock_error else "choose another out_dir"
+        assert_named_error(second, f"{out} is in use by another run (pid {first.pid} on {host}", fix)
     finally:
         first.send_signal(signal.SIGTERM)  # preemption: the first run saves and stops
-        first.communicate(timeout=120)
+        _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]  # every row whole
     assert rows and json.load(open(os.path.join(out, "config.json")))["argv"][1:] == args
-    run_train(tiny_run_args(tiny_dataset, out, init_from="resume", max_iters=rows[-1]["step"] + 10,
-                            lr_decay_iters=100, eval_interval=50, log_interval=5))  # the lock went with the process
+    if flock_error:
+        assert f"warning: cannot lock {os.path.join(out, 'run.lock')} (No locks available)" in stderr, stderr[-3000:]
+        assert not os.path.exists(os.path.join(out, OWNER))  # the claim went with the run
+    args = tiny_run_args(tiny_dataset, out, init_from="resume", max_iters=rows[-1]["step"] + 10, lr_decay_iters=100,
+                         eval_interval=50, log_interval=5)
+    resume = subprocess.run(train + args, capture_output=True, timeout=300, **options)
+    assert resume.returncode == 0, resume.stderr[-3000:]  # the lock went with the process
+
+
+CLAIM = """
+import json, os, sys
+from runlog import OWNER, lock_out_dir
+from runtime import InputError
+for out in sys.argv[1:]:
+    try:
+        lock_out_dir(out)
+        print(json.dumps(["claimed", json.load(open(os.path.join(out, OWNER))), os.getpid()]))
+    except InputError as e:
+        print(json.dumps(["refused", str(e), os.getpid()]))
+"""
+
+
+@needs_seccomp
+def test_without_flock_a_stale_claim_of_this_host_is_taken_over_and_another_hosts_is_named(tmp_path):
+    """run.lock.owner left by a run that was killed: on this host its pid is gone (or is another process
+    now: a container restarted on the node), and the claim is taken over with a warning; from another
+    host nothing can be checked, and the run is refused with the file to delete."""
+    host, finished = socket.gethostname(), subprocess.Popen(["true"])
+    finished.wait()  # (its pid is no process now)
+    claims = {"dead_pid": dict(pid=finished.pid, host=host, started=None),
+              "reused_pid": dict(pid=os.getpid(), host=host, started=1),  # alive, but started at another time
+              "other_host": dict(pid=os.getpid(), host="node-elsewhere", started=None),
+              "none": None}
+    for name, claim in claims.items():
+        os.makedirs(tmp_path / name)
+        if claim:
+            (tmp_path / name / OWNER).write_text(json.dumps(claim))
+    proc = subprocess.run([sys.executable, "-c", CLAIM, *(str(tmp_path / name) for name in claims)], cwd=REPO,
+                          text=True, capture_output=True, timeout=120, preexec_fn=flock_fails_with(errno.ENOSYS))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("(Function not implemented): this file system does not support flock") == 4, proc.stderr
+    results = dict(zip(claims, (json.loads(line) for line in proc.stdout.splitlines())))
+    for name in ("dead_pid", "reused_pid", "none"):
+        outcome, owner, pid = results[name]
+        assert outcome == "claimed" and (owner["pid"], owner["host"]) == (pid, host), (name, results)
+    assert proc.stderr.count("which is no longer running (a run that was killed): taking the out_dir over") == 2
+    outcome, message, _ = results["other_host"]
+    assert outcome == "refused" and f"pid {os.getpid()} on node-elsewhere" in message, message
+    assert f"delete {tmp_path / 'other_host' / OWNER} and start again" in message, message
+    assert not any((tmp_path / name / OWNER).exists() for name in ("dead_pid", "reused_pid", "none"))  # released
 
 
 def test_ckpt_pt_is_verified_where_users_pass_it(tiny_dataset, tmp_path):

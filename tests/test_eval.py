@@ -30,6 +30,7 @@ from eval.harness import GPTLM
 from eval.hellaswag import evaluate_hellaswag, load_hellaswag, preprocess, query_choices_gold, score_examples
 from eval.scoring import encode, score_continuations, split_context_continuation
 from model import GPT, GPTConfig
+from runtime import close_runtime
 
 NO_AUTOCAST = torch.autocast("cpu", enabled=False)
 LM_EVAL_HELLASWAG_YAML = os.path.join(os.path.dirname(lm_eval.__file__), "tasks", "hellaswag", "hellaswag.yaml")
@@ -240,7 +241,7 @@ def _ddp_worker(rank: int, world_size: int, port: int, checkpoint: str, jsonl: s
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     model, _ = load_model(checkpoint)
     results[rank] = evaluate_hellaswag(model, load_hellaswag(jsonl), "cpu", NO_AUTOCAST, 4, rank, world_size)
-    dist.destroy_process_group()
+    close_runtime()
 
 
 def test_ddp_sharded_evaluation_equals_single_process(checkpoint, hellaswag_jsonl):

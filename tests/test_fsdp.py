@@ -20,7 +20,7 @@ from optim import build_optimizer, load_config, mini_recipes
 from optim.routing import parameter_kinds
 from optim.schedule import set_learning_rates
 from parallel import parallelize
-from runtime import Runtime
+from runtime import Runtime, close_runtime
 
 # Every registry optimizer's mini recipe, and MARS's other rules. A model whose matrices split unevenly
 # over 2 and 4 ranks (c_attn: 102 rows, the position table: 30; FSDP2's blocks of ceil(rows / ranks)).
@@ -132,5 +132,4 @@ if __name__ == "__main__":  # torchrun: tests/test_fsdp.py DATA_DIR MICRO_BATCH 
                for name, args in VARIANTS.items()}
     if rt.is_main:
         torch.save(results, out)
-    dist.barrier()
-    dist.destroy_process_group()
+    close_runtime()
