@@ -475,9 +475,10 @@ class AdamWCurve:
             offset, amplitude, alpha = self.law
             return (f"a saturating power law fitted to the budgets' means by least squares, L(D) = {offset:.3f} + "
                     f"{amplitude:.3f} (D / 1M tokens)^-{alpha:.3f}{test}")
-        why = "its misfit exceeds the seeds' noise" + test if self.misfit_p is not None else "no power law fits"
-        return (f"interpolation, linear in log tokens, between the budgets' means ({why}; the power law with "
-                f"alpha in [{ALPHAS[0]:g}, {ALPHAS[-1]:g}] and A > 0 is used where it fits)")
+        why = (f"the saturating power law's misfit exceeds the seeds' noise{test}" if self.misfit_p is not None else
+               f"no saturating power law fits: its least-squares exponent leaves [{ALPHAS[0]:g}, {ALPHAS[-1]:g}] "
+               "(it runs to 0 where the means do not flatten at the large budgets) or its A is not positive")
+        return f"monotone interpolation, linear in log tokens, between the budgets' means ({why})"
 
 
 @dataclass(frozen=True)
