@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import init_device_mesh
@@ -75,7 +76,9 @@ def ddp_bucket_mb(cfg: TrainConfig, model: GPT) -> float:
     torch's default of 25 MB cut GPT-2 XL's graph ~250 times; a block per bucket cuts it n_layer times."""
     if cfg.ddp_bucket_mb:
         return cfg.ddp_bucket_mb
-    return 4 * sum(p.numel() for p in model.transformer.h[0].parameters()) / 2**20
+    # No smaller than DDP's first bucket (1 MiB): compiled DDP refuses a bucket cap below it (a tiny model's block).
+    block_bytes = 4 * sum(p.numel() for p in model.transformer.h[0].parameters())
+    return max(block_bytes, dist._DEFAULT_FIRST_BUCKET_BYTES) / 2**20
 
 
 @contextmanager

@@ -210,6 +210,9 @@ def _check_values(cfg: TrainConfig) -> None:
                 "ddp_bucket_mb", "step_timeout"):
         if not getattr(cfg, key) >= 0:
             raise ConfigError(f"config key '{key}' must not be negative, got {getattr(cfg, key)}")
+    if 0 < cfg.ddp_bucket_mb < 1:  # torch's first DDP bucket is 1 MB; compiled DDP refuses a cap below it
+        raise ConfigError(f"config key 'ddp_bucket_mb' is {cfg.ddp_bucket_mb}; compiled DDP needs at least 1 (MB, "
+                          "the size of its first bucket): set 1 or more, or 0 for one transformer block's gradients")
     if not 0.0 <= cfg.dropout < 1.0:
         raise ConfigError(f"config key 'dropout' must be in [0, 1), got {cfg.dropout}")
     if not 0.0 <= cfg.wsd_decay_frac <= 1.0:

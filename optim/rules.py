@@ -236,7 +236,10 @@ class RuleKernel:
 
     @functools.cached_property
     def compiled_whole_lists(self) -> Callable[..., None]:
-        return torch.compile(self.rule, fullgraph=True)
+        # Inductor's loop reordering asserts (torch 2.11, CUDA) when it meets the split reduction of a
+        # large tensor's norm (GPT-2's 38.6M-element embedding) beside the ops feeding it; the rule's
+        # kernels are element-wise over contiguous tensors, so the reordering has nothing to gain.
+        return torch.compile(self.rule, fullgraph=True, options={"loop_ordering_after_fusion": False})
 
     def __call__(self, tensor_lists: list[Tensors], lr: torch.Tensor, compiled: bool, **hyperparameters: float) -> None:
         """Apply the rule; tensor_lists are its list arguments in order (an unused one empty). Sharded

@@ -105,6 +105,31 @@ def test_compiled_rules_equal_eager_on_cuda(overrides, monkeypatch):
         torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
 
 
+@needs_cuda
+@pytest.mark.parametrize("mars_type", ["mars-adamw", "mars-lion"])
+def test_compiled_mars_rules_on_gpt2_small_parameters(mars_type, monkeypatch):
+    """The rules compiled on GPT-2 small's own parameter list, whose 38.6M-element embedding's norm is a
+    split reduction on CUDA (torch 2.11's loop reordering asserted on it, and every MARS run fell back to
+    eager): compiled, no fallback, the eager numbers."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64)
+    for kernel in RULE_KERNELS:
+        monkeypatch.setattr(kernel, "compile_failed", False)
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(bias=False)).cuda()
+        params = list(model.parameters())
+        opt = build_optimizer(model, tiny_config(compile=compiled, optimizer="mars", mars_type=mars_type), "cuda")
+        torch.manual_seed(1)
+        stream = [[tuple(torch.randn_like(p) * 1e-3 for _ in range(2)) for p in params] for _ in range(2)]
+        run_optimizer(opt, params, stream)
+        results.append([p.detach().clone() for p in params])
+        del model, params, opt, stream
+    assert not [kernel.rule.__name__ for kernel in RULE_KERNELS if kernel.compile_failed]
+    for eager, compiled in zip(*results):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+
+
 # Tall, wide and square, down to GPT-2's own shapes (attention, MLP, the token embedding both ways).
 NS5_SHAPES = [(24, 16), (16, 40), (64, 64), (768, 768), (768, 2304), (3072, 768), (50304, 768), (768, 50304)]
 

@@ -10,11 +10,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import train
+from config import ConfigError
 from checkpoint import load_model, save_checkpoint, step_path
 from optim import load_config
+from parallel import ddp_bucket_mb
 from conftest import REPO, run_train, tiny_run_args
 from data.loader import to_device
 from model import GPT, GPTConfig
@@ -135,3 +138,21 @@ def test_two_ranks_resume_from_the_checkpoint_rank_0_verified(tiny_dataset, tmp_
     assert log.count("skipping checkpoint") == 1 and "resuming" in log and "at step 4" in log, log[-2000:]
     a, b = load_weights(straight), load_weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_compiled_ddp_accepts_the_bucket_size_of_a_tiny_model():
+    """Compiled DDP splits its graph at bucket boundaries (torch._dynamo's DDPOptimizer), which asserts that
+    the bucket cap is at least DDP's first bucket (1 MiB). One block of a tiny model is far smaller: every
+    compiled torchrun run of one failed on the GPU. The default is now at least that; a smaller
+    ddp_bucket_mb is a named config error."""
+    from torch._dynamo.backends.distributed import DDPOptimizer
+
+    cfg = load_config(tiny_run_args("data", "out"))
+    model = GPT(GPTConfig(**cfg.model_args()))
+    assert 4 * sum(p.numel() for p in model.transformer.h[0].parameters()) < 2**20  # the case that failed
+    DDPOptimizer(bucket_bytes_cap=int(ddp_bucket_mb(cfg, model) * 2**20), backend_compile_fn=None)
+    with torch.device("meta"):  # GPT-2 small: one block's fp32 gradients, as before
+        small = GPT(GPTConfig())
+    assert ddp_bucket_mb(load_config([]), small) == 4 * sum(p.numel() for p in small.transformer.h[0].parameters()) / 2**20
+    with pytest.raises(ConfigError, match="ddp_bucket_mb"):
+        load_config(tiny_run_args("data", "out") + ["--ddp_bucket_mb=0.5"])
