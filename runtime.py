@@ -67,17 +67,35 @@ def init_runtime(device_setting: str) -> Runtime:
         torch.cuda.set_device(device)
     # Generous timeout: the other ranks wait in a collective while rank 0 writes a checkpoint
     # (tens of GB for XL with MARS) to a possibly slow shared filesystem.
-    dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
-                            timeout=datetime.timedelta(minutes=60))
+    join_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
+                       timeout=datetime.timedelta(minutes=60))
     return Runtime(rank, local_rank, world_size, device)
 
 
+# Teardown. A gloo thread that has finished a collective frees it afterwards, and freeing tensors that
+# Python also holds takes the GIL. So a group must not be destroyed (which waits for its threads) by a
+# thread holding the GIL, nor outlive the interpreter's shutdown (where a thread asking for the GIL
+# aborts the process: "terminate called without an active exception"). destroy_process_group releases
+# the GIL while it destroys a group, provided it drops the group's last reference: nothing else may
+# hold one (DDP's reducer, freed with the GIL held: a hang at exit, seen under load; torch._dynamo,
+# imported after the group exists: join_process_group).
+
+
+def join_process_group(backend: str, **kwargs) -> None:
+    """dist.init_process_group (train.py through init_runtime, the tests' torchrun scripts directly), after
+    importing torch._dynamo: imported later (a torch.optim step does), it keeps references to the default
+    group that outlive destroy_process_group, and the group's threads live on into interpreter shutdown."""
+    import torch._dynamo  # noqa: F401
+
+    dist.init_process_group(backend, **kwargs)
+
+
 def close_runtime() -> None:
-    """The end of a process that finished its distributed work, on every rank (after waiting for its
-    asynchronous work: an async checkpoint's writes, StopSignal.close). A barrier first, so that no rank
-    tears down its connections while another still uses them, which under load ended a finished rank
-    in SIGABRT; then every process group goes. Only on success (as torchtitan): after an exception the
-    other ranks may never reach the barrier, so it propagates and the process exits nonzero as it is."""
+    """The end of a process that finished its distributed work, on every rank, after its asynchronous work
+    was waited for (an async checkpoint's writes, StopSignal.close) and DDP's wrapper freed: a barrier, so
+    that no rank tears down while another still talks to it, then every process group destroyed, their
+    threads joined. Only on success (as torchtitan): after an exception the other ranks may never reach
+    the barrier, so the exception propagates and the process exits nonzero without it."""
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -191,10 +209,11 @@ class StopSignal:
         return self.requested
 
     def close(self) -> None:
-        """Wait for the last all-reduce (before close_runtime: no collective may be in flight at teardown)."""
+        """Wait for the last all-reduce and let go of the group (before close_runtime, which destroys it: the
+        signal handlers keep this object, so its group would otherwise live on into interpreter shutdown)."""
         if self.pending is not None:
             self.pending[0].wait()
-            self.pending = None
+        self.pending, self.group = None, None
 
     @property
     def exit_status(self) -> int:

@@ -324,6 +324,7 @@ def train(cfg: TrainConfig) -> int:
         val_loss = evaluate(raw_model, data.val_windows, data.val_ids, data.val_batches, cfg.micro_batch_size, rt,
                                 autocast)
         log.print(f"checkpoint of {cfg.out_dir} at step {run.step}: val loss {val_loss:.4f}")
+        del model  # DDP's reducer holds the process group: it goes first (runtime.py, Teardown)
         close_runtime()
         return 0
     if run.step > total_iters:  # the loop stops when run.step reaches total_iters: it never would
@@ -424,6 +425,7 @@ def train(cfg: TrainConfig) -> int:
             print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
     log.close()
     stop.close()
+    del steps, model  # DDP's reducer holds the process group: it goes first (runtime.py, Teardown)
     close_runtime()
     return stop.exit_status
 

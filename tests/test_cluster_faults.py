@@ -200,6 +200,41 @@ def test_sigterm_saves_within_two_steps_at_any_log_interval(tiny_dataset, tmp_pa
     assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == stopped + 2
 
 
+# ----------------------------------------------------------------------------- teardown
+
+CHECKED_TEARDOWN = """
+import glob, json, os, sys
+import train
+
+def close_runtime_and_count_gloo_threads():
+    close_runtime()
+    names = [open(path).read().strip() for path in glob.glob(f"/proc/{os.getpid()}/task/*/comm")]
+    with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as f:
+        json.dump([name for name in names if "gloo" in name], f)
+
+close_runtime = train.close_runtime
+train.close_runtime = close_runtime_and_count_gloo_threads
+train.main(sys.argv[2:])
+"""
+
+
+def test_a_finished_two_rank_run_joins_every_gloo_thread_in_close_runtime(tiny_dataset, tmp_path):
+    """The exit of a finished torchrun run is deterministic when close_runtime destroys every process group
+    itself, with the GIL released, joining their threads (runtime.py, Teardown). Left to DDP's reducer, a
+    group is destroyed later holding the GIL, which one of its threads may still need: a hang at exit; left
+    alive into interpreter shutdown, such a thread aborts the process. Here train.py's own close_runtime,
+    counting the gloo threads left when it returns, in a real 2-rank run."""
+    (tmp_path / "checked_teardown.py").write_text(CHECKED_TEARDOWN)
+    args = tiny_run_args(tiny_dataset, str(tmp_path / "run"), max_iters=4, eval_interval=4, micro_batch_size=4)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(tmp_path / "checked_teardown.py"), str(tmp_path), *args], cwd=REPO, timeout=300,
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    left = {rank: json.load(open(tmp_path / f"rank{rank}.json")) for rank in (0, 1)}
+    assert left == {0: [], 1: []}, left
+
+
 # ----------------------------------------------------------------------------- a file system without flock
 
 FLOCK = {"x86_64": 73, "aarch64": 32}.get(platform.machine())  # flock(2)'s system call number

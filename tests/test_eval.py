@@ -17,7 +17,6 @@ import socket
 import lm_eval
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from lm_eval.api.instance import Instance
 
@@ -30,7 +29,7 @@ from eval.harness import GPTLM
 from eval.hellaswag import evaluate_hellaswag, load_hellaswag, preprocess, query_choices_gold, score_examples
 from eval.scoring import encode, score_continuations, split_context_continuation
 from model import GPT, GPTConfig
-from runtime import close_runtime
+from runtime import close_runtime, join_process_group
 
 NO_AUTOCAST = torch.autocast("cpu", enabled=False)
 LM_EVAL_HELLASWAG_YAML = os.path.join(os.path.dirname(lm_eval.__file__), "tasks", "hellaswag", "hellaswag.yaml")
@@ -238,7 +237,7 @@ def test_harness_registration_keeps_builtin_models():
 
 
 def _ddp_worker(rank: int, world_size: int, port: int, checkpoint: str, jsonl: str, results: dict) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    join_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     model, _ = load_model(checkpoint)
     results[rank] = evaluate_hellaswag(model, load_hellaswag(jsonl), "cpu", NO_AUTOCAST, 4, rank, world_size)
     close_runtime()

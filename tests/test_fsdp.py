@@ -20,7 +20,7 @@ from optim import build_optimizer, load_config, mini_recipes
 from optim.routing import parameter_kinds
 from optim.schedule import set_learning_rates
 from parallel import parallelize
-from runtime import Runtime, close_runtime
+from runtime import Runtime, close_runtime, join_process_group
 
 # Every registry optimizer's mini recipe, and MARS's other rules. A model whose matrices split unevenly
 # over 2 and 4 ranks (c_attn: 102 rows, the position table: 30; FSDP2's blocks of ceil(rows / ranks)).
@@ -126,7 +126,7 @@ def test_every_optimizer_sharded_ends_where_one_process_ends(tiny_dataset, ranks
 
 if __name__ == "__main__":  # torchrun: tests/test_fsdp.py DATA_DIR MICRO_BATCH DATA_PARALLEL OUT
     data_dir, micro_batch, data_parallel, out = sys.argv[1:]
-    dist.init_process_group("gloo")
+    join_process_group("gloo")
     rt = Runtime(dist.get_rank(), dist.get_rank(), dist.get_world_size(), torch.device("cpu"))
     results = {name: train_variant(args, data_dir, int(micro_batch), data_parallel, rt)
                for name, args in VARIANTS.items()}
