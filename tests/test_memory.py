@@ -34,7 +34,7 @@ from conftest import REPO
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config, mini_recipes
 from parallel import parallelize
-from runtime import Runtime, autocast_context
+from runtime import Runtime, autocast_context, close_runtime, join_process_group
 
 RECIPES = {name: mini_recipes()[name].args.split() for name in ("adamw", "mars_approx", "mars_exact", "muon")}
 # Rows that split unevenly over 4 ranks (c_attn 102, the vocabulary 90, positions 30, biases and LayerNorms 34),
@@ -237,7 +237,7 @@ def test_readme_tables_are_the_commands(capsys):
 if __name__ == "__main__":  # torchrun: tests/test_memory.py OUT DATA_PARALLEL[,DATA_PARALLEL]
     out, layouts = sys.argv[1:]
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    join_process_group("gloo")
     rt = Runtime(dist.get_rank(), dist.get_rank(), dist.get_world_size(), torch.device("cpu"))
     mine = {(name, data_parallel): measure(name, data_parallel, rt) for name in RECIPES
             for data_parallel in layouts.split(",")}
@@ -245,4 +245,4 @@ if __name__ == "__main__":  # torchrun: tests/test_memory.py OUT DATA_PARALLEL[,
     dist.all_gather_object(everyone, mine)
     if rt.is_main:
         torch.save({key: [ranks[key] for ranks in everyone] for key in mine}, out)
-    dist.destroy_process_group()
+    close_runtime()
