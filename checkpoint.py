@@ -38,7 +38,7 @@ import os
 import re
 import shutil
 import sys
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import IO, Any
 
@@ -225,7 +225,7 @@ def load_checkpoint(path: str, verify: bool = True, log=_to_stderr, only: str = 
         raise CheckpointError(f"no checkpoint at {path}; check the path (train.py writes <out_dir>/ckpt.pt, or "
                               "<out_dir>/ckpt_<step>/ under data_parallel=fsdp)")
     if os.path.isdir(path):
-        return load_sharded_meta(path, verify)
+        return load_sharded_meta(path, verify, only)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated zip, not a torch file, unpickling refused: all mean unusable
@@ -245,6 +245,9 @@ def load_checkpoint(path: str, verify: bool = True, log=_to_stderr, only: str = 
 def load_latest(out_dir: str, log=print) -> tuple[str, dict]:
     """The newest checkpoint in out_dir that verifies and loads (on the CPU); names each one skipped and why."""
     candidates = step_checkpoints(out_dir) or [os.path.join(out_dir, LATEST)]
+    for unfinished in sorted(glob.glob(os.path.join(out_dir, "ckpt_*.tmp"))):
+        log(f"skipping checkpoint: {unfinished} is a save that did not complete (never renamed); "
+            "the next save of its step replaces it")
     skipped = []
     for path in candidates:
         try:
@@ -359,15 +362,15 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> GPT
     else of the checkpoint is read; from a sharded checkpoint, DCP reads the model's entries alone."""
     model_args = ckpt["model_args"]
     config = GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)})
-    if "path" in ckpt:
-        model = GPT(config)  # on the CPU: DCP reads into existing tensors
-        state = get_model_state_dict(model)
-        dcp.load({"model": state}, checkpoint_id=ckpt["path"])
-        set_model_state_dict(model, state)
-        return model.to(device).eval()
     with torch.device("meta"):
         model = GPT(config)
-    model.load_state_dict(ckpt["model"], assign=True)
+    if "path" in ckpt:  # DCP reads into existing tensors: allocated on the CPU, never initialised
+        model = model.to_empty(device="cpu")
+        state = get_model_state_dict(model)
+        dcp.load({"model": state}, checkpoint_id=dcp_folder(ckpt["path"], "model"))
+        model.load_state_dict(state, assign=True)
+    else:
+        model.load_state_dict(ckpt["model"], assign=True)
     model.tie_weights()  # assign gave the embedding and the head separate Parameters
     return model.to(device).eval()
 
@@ -392,16 +395,18 @@ MANIFEST = "manifest.json"  # each file's size and sha256, written last: its pre
 
 
 class ShardedCheckpoints:
-    """Writes a sharded run's checkpoints: every rank its own shards of the model and optimizer state
-    (DCP), rank 0 the rest; then each rank hashes the files it wrote, and rank 0 writes the manifest
-    and renames ckpt_<step>.tmp/ to ckpt_<step>/. With asynchronous, save() returns once the state is
-    copied to host memory and DCP writes while training goes on; the manifest and rename wait for
-    finish(), which the next save() and the end of the run call (a collective, as save() is).
-    Async writes use a gloo group of their own, so that they never interleave with training's."""
+    """Writes a sharded run's checkpoints: every rank its own shards of the model state into model/ and
+    of the optimizer state into optimizer/ (two DCP checkpoints, so that a reader of the model reads and
+    verifies the model's files alone), rank 0 the rest; then each rank hashes the files it wrote, and
+    rank 0 writes the manifest and renames ckpt_<step>.tmp/ to ckpt_<step>/. With asynchronous, save()
+    returns once the state is copied to host memory, and a thread of ours writes it while training goes
+    on, on a gloo group of its own (its collectives never interleave with training's); the manifest and
+    rename wait for finish(), which the next save() and the end of the run call (a collective, as save() is)."""
 
     def __init__(self, out_dir: str, keep: int, keep_best: bool, asynchronous: bool):
         self.out_dir, self.keep, self.keep_best, self.asynchronous = out_dir, keep, keep_best, asynchronous
         self.group = dist.new_group(backend="gloo") if asynchronous and dist.is_initialized() else None
+        self.writer = ThreadPoolExecutor(max_workers=1) if asynchronous else None
         self.pending: tuple[Future | None, str, bool] | None = None
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict, best: bool) -> str:
@@ -420,14 +425,13 @@ class ShardedCheckpoints:
                 error = f"could not write checkpoint {final} {write_failure(e)}"
         _raise_if_any(error, self.out_dir)
         state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
-        writer = dcp.FileSystemWriter(tmp, sync_files=True)
         future = None
         try:
-            if self.asynchronous:  # (on its own copy: DCP's cannot copy FSDP2's shards, views of padded storage)
-                future = dcp.async_save(torch.utils._pytree.tree_map(_own_copy, state), storage_writer=writer,
-                                        process_group=self.group)
+            if self.asynchronous:  # our thread writes a copy (DCP's cannot copy FSDP2's shards, views of padded storage)
+                future = self.writer.submit(_write_parts, torch.utils._pytree.tree_map(_own_copy, state), tmp,
+                                            self.group)
             else:
-                dcp.save(state, storage_writer=writer)
+                _write_parts(state, tmp, None)
         except Exception as e:  # DCP raises the failure of any rank's write on every rank
             error = f"could not write checkpoint {final}: {_first_line(e)}"
         self.pending = (future, tmp, best)
@@ -449,8 +453,9 @@ class ShardedCheckpoints:
         rank, files = _rank(), {}
         if error is None:
             try:
-                files = {name: _file_record(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))
-                         if name.startswith(f"__{rank}_") or (rank == 0 and not name.startswith("__"))}
+                files = {name: _file_record(os.path.join(tmp, name)) for name in _relative_files(tmp)
+                         if os.path.basename(name).startswith(f"__{rank}_")
+                         or (rank == 0 and not os.path.basename(name).startswith("__"))}
             except OSError as e:
                 error = f"could not read back checkpoint {final} {write_failure(e)}"
         records = [(files, error)]
@@ -479,6 +484,14 @@ class ShardedCheckpoints:
         _raise_if_any(errors[0] if errors else None, self.out_dir)
 
 
+def _write_parts(state: dict, folder: str, group: dist.ProcessGroup | None) -> None:
+    """The model's and the optimizer's state as two DCP checkpoints, folder/model and folder/optimizer,
+    one after the other (their collectives on one group must not interleave)."""
+    for part, value in state.items():
+        dcp.save({part: value}, storage_writer=dcp.FileSystemWriter(os.path.join(folder, part), sync_files=True),
+                 process_group=group)
+
+
 def _own_copy(value: Any) -> Any:
     """A tensor's copy in memory of its own (a DTensor's: its local block's), on the CPU."""
     if isinstance(value, DTensor):
@@ -505,6 +518,12 @@ def _raise_if_any(error: str | None, out_dir: str) -> None:
                               f"{out_dir} are untouched")
 
 
+def _relative_files(folder: str) -> list[str]:
+    """Every file under folder, by its path relative to it ("model/__0_0.distcp")."""
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
+
+
 def _file_record(path: str) -> dict:
     return {"bytes": os.path.getsize(path), "sha256": file_sha256(path)}
 
@@ -518,8 +537,15 @@ def _symlink(target: str, link: str) -> None:
     os.replace(tmp, link)
 
 
-def verify_manifest(path: str) -> str | None:
-    """None when every file manifest.json lists has its size and sha256; else why not."""
+def dcp_folder(path: str, part: str) -> str:
+    """The folder of a sharded checkpoint's DCP checkpoint of `part` ("model" or "optimizer"); both are
+    the folder itself in checkpoints written before the two were separate."""
+    return os.path.join(path, part) if os.path.isdir(os.path.join(path, part)) else path
+
+
+def verify_manifest(path: str, only: str = "") -> str | None:
+    """None when every file manifest.json lists (under `only`, "model/", and meta.pt; all by default) has
+    its size and sha256; else why not."""
     try:
         with open(os.path.join(path, MANIFEST)) as f:
             files = json.load(f)["files"]
@@ -527,6 +553,8 @@ def verify_manifest(path: str) -> str | None:
         return "it has no manifest.json (a save that did not complete)"
     except (OSError, ValueError, KeyError) as e:
         return f"its manifest.json is unreadable ({type(e).__name__}: {e})"
+    if any(name.startswith(only) for name in files):  # (earlier checkpoints' files are not in folders)
+        files = {name: record for name, record in files.items() if name.startswith(only) or name == META}
     for name, record in files.items():
         file = os.path.join(path, name)
         if not os.path.isfile(file):
@@ -538,9 +566,10 @@ def verify_manifest(path: str) -> str | None:
     return None
 
 
-def load_sharded_meta(path: str, verify: bool = True) -> dict:
-    """A sharded checkpoint's meta.pt (verified against the manifest first), with "path": the folder."""
-    problem = verify_manifest(path) if verify else None
+def load_sharded_meta(path: str, verify: bool = True, only: str = "") -> dict:
+    """A sharded checkpoint's meta.pt (verified against the manifest first, the files under `only`:
+    all by default), with "path": the folder."""
+    problem = verify_manifest(path, only) if verify else None
     if problem:
         raise CheckpointError(f"{path}: {problem}")
     try:
@@ -577,7 +606,8 @@ def load_sharded_state(path: str, model: torch.nn.Module, optimizer: torch.optim
     initialize_optimizer_state(optimizer)
     state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
     try:
-        dcp.load(state, checkpoint_id=path)
+        for part, value in state.items():
+            dcp.load({part: value}, checkpoint_id=dcp_folder(path, part))
     except Exception as e:
         raise CheckpointError(f"{path} could not be read into this run ({_first_line(e)})") from e
     set_model_state_dict(model, state["model"])

@@ -33,7 +33,8 @@ def test_sharded_checkpoints_resume_bit_exact_and_load_anywhere(tiny_dataset, tm
     run_train(tiny_run_args(tiny_dataset, straight, max_iters=12, data_parallel="fsdp", **COMMON), nproc=2)
     assert sorted(os.listdir(straight)) == ["ckpt_0000008", "ckpt_0000012", "config.json", "metrics.jsonl", "run.lock"]
     files = json.load(open(os.path.join(straight, "ckpt_0000012", "manifest.json")))["files"]
-    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "meta.pt"} <= files.keys()  # each rank wrote its own
+    assert files.keys() == {f"{part}/{name}" for part in ("model", "optimizer")  # each rank wrote its own
+                            for name in ("__0_0.distcp", "__1_0.distcp", ".metadata")} | {"meta.pt"}
 
     # asynchronous saves, then a resume: bit for bit the uninterrupted run
     run_train(tiny_run_args(tiny_dataset, halves, max_iters=6, data_parallel="fsdp", async_checkpoint=True,
@@ -63,18 +64,41 @@ def test_sharded_checkpoints_resume_bit_exact_and_load_anywhere(tiny_dataset, tm
         assert relative_difference(without_key_bias(a), without_key_bias(resumed)) < 1e-6, out
 
 
+def flip_middle_byte(path: str) -> None:
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
 def test_a_corrupt_sharded_checkpoint_is_skipped_with_its_reason(tiny_dataset, tmp_path):
-    out = str(tmp_path / "run")
+    """A sharded run copied with cp -r: a byte of rank 1's optimizer shard flipped, sample.py still reads
+    the model (it verifies the model's files alone); a byte of rank 0's model shard flipped, sample and
+    the HF export refuse it by name, with no traceback; resume skips it with its reason, names a save
+    killed midway (ckpt_<step>.tmp) and continues from the older checkpoint."""
+    out, copy = str(tmp_path / "run"), str(tmp_path / "copy")
     run_train(tiny_run_args(tiny_dataset, out, max_iters=8, data_parallel="fsdp", **COMMON), nproc=2)
-    shard = os.path.join(out, "ckpt_0000008", "__1_0.distcp")
-    data = bytearray(open(shard, "rb").read())
-    data[len(data) // 2] ^= 0xFF  # one flipped byte in the middle of rank 1's shard
-    open(shard, "wb").write(bytes(data))
-    os.makedirs(os.path.join(out, "ckpt_0000010.tmp"))  # a save killed midway: never a candidate
-    proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=10, data_parallel="fsdp", init_from="resume",
+    subprocess.run(["cp", "-r", out, copy], check=True)
+    newest = os.path.join(copy, "ckpt_0000008")
+    readers = {
+        "sample": [sys.executable, str(REPO / "sample.py"), "--device", "cpu", "--num_samples", "1",
+                   "--max_new_tokens", "2", "--checkpoint", newest],
+        "export": [sys.executable, "-m", "eval.export_hf", "--out", str(tmp_path / "hf"), "--checkpoint", newest],
+    }
+    flip_middle_byte(os.path.join(newest, "optimizer", "__1_0.distcp"))
+    proc = subprocess.run(readers["sample"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    flip_middle_byte(os.path.join(newest, "model", "__0_0.distcp"))
+    for command in readers.values():
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert "model/__0_0.distcp's sha256 differs from the manifest's" in proc.stderr, proc.stderr[-2000:]
+
+    os.makedirs(os.path.join(copy, "ckpt_0000010.tmp"))  # a save killed midway: never a candidate
+    proc = run_train(tiny_run_args(tiny_dataset, copy, max_iters=10, data_parallel="fsdp", init_from="resume",
                                    **COMMON), nproc=2)
     output = proc.stdout + proc.stderr
-    assert "skipping checkpoint" in output and "__1_0.distcp's sha256 differs" in output, output[-3000:]
+    assert "skipping checkpoint" in output and "__0_0.distcp's sha256 differs" in output, output[-3000:]
+    assert "ckpt_0000010.tmp is a save that did not complete" in output, output[-3000:]
     assert "resuming" in output and "ckpt_0000004 at step 4" in output
 
 
