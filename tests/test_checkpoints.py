@@ -4,16 +4,19 @@ ending bit-identical to an uninterrupted run, a full disk named without damage, 
 named errors for bad input (no traceback, nothing written)."""
 
 import glob
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 
-from checkpoint import CheckpointError, checksum_path, load_checkpoint, load_latest, step_path
+from checkpoint import CheckpointError, checksum_path, load_checkpoint, load_latest, load_model, step_path
 from conftest import REPO, run_train, tiny_run_args
 from data.shards import file_sha256
+from model import GPT, GPTConfig
 
 STEPS = 10
 COMMON = dict(max_iters=STEPS, lr_decay_iters=STEPS, ckpt_interval=2, eval_interval=100, log_interval=1)
@@ -247,3 +250,25 @@ def test_a_checkpoint_from_before_the_checksums_inside_is_verified_by_its_file(t
     os.remove(checksum_path(path))
     warnings = []
     assert load_checkpoint(path, log=warnings.append)["step"] == 1 and "no checksum recorded" in warnings[0]
+
+
+def test_a_sharded_checkpoint_from_before_model_and_optimizer_were_separate_still_loads(tmp_path):
+    """Sharded checkpoints first held one DCP checkpoint of the model and optimizer together in the
+    folder itself: load_model reads and verifies it still (one process, no process group)."""
+    config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64)
+    model, folder = GPT(config), str(tmp_path / "ckpt_0000002")
+    dcp.save({"model": model.state_dict(), "optimizer": {"state": {}}}, checkpoint_id=folder)
+    torch.save(dict(model_args=vars(config), step=2, config={"tokenizer": "gpt2"}), os.path.join(folder, "meta.pt"))
+    files = {name: {"bytes": os.path.getsize(os.path.join(folder, name)),
+                    "sha256": file_sha256(os.path.join(folder, name))} for name in os.listdir(folder)}
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump({"files": files}, f)
+    loaded, tokenizer = load_model(folder)
+    assert tokenizer == "gpt2" and loaded.lm_head.weight is loaded.transformer.wte.weight
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
+    shard = os.path.join(folder, "__0_0.distcp")
+    data = bytearray(open(shard, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(shard, "wb").write(bytes(data))
+    with pytest.raises(CheckpointError, match="__0_0.distcp's sha256 differs"):
+        load_model(folder)
