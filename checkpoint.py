@@ -45,6 +45,7 @@ from typing import IO, Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
@@ -367,7 +368,7 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> GPT
     if "path" in ckpt:  # DCP reads into existing tensors: allocated on the CPU, never initialised
         model = model.to_empty(device="cpu")
         state = get_model_state_dict(model)
-        dcp.load({"model": state}, checkpoint_id=dcp_folder(ckpt["path"], "model"))
+        _dcp_load({"model": state}, dcp_folder(ckpt["path"], "model"))
         model.load_state_dict(state, assign=True)
     else:
         model.load_state_dict(ckpt["model"], assign=True)
@@ -432,8 +433,8 @@ class ShardedCheckpoints:
                                             self.group)
             else:
                 _write_parts(state, tmp, None)
-        except Exception as e:  # DCP raises the failure of any rank's write on every rank
-            error = f"could not write checkpoint {final}: {_first_line(e)}"
+        except (Exception, CheckpointException) as e:  # DCP raises any rank's failure on every rank
+            error = f"could not write checkpoint {final}{_dcp_failure(e)}"
         self.pending = (future, tmp, best)
         if error is not None or not self.asynchronous:
             self.finish(error)
@@ -448,8 +449,8 @@ class ShardedCheckpoints:
         if future is not None:
             try:
                 future.result()
-            except Exception as e:
-                error = error or f"could not write checkpoint {final}: {_first_line(e)}"
+            except (Exception, CheckpointException) as e:
+                error = error or f"could not write checkpoint {final}{_dcp_failure(e)}"
         rank, files = _rank(), {}
         if error is None:
             try:
@@ -508,6 +509,26 @@ def _rank() -> int:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def _dcp_failure(e: BaseException) -> str:
+    """Why a DCP call failed, for a message: ' (No space left on device); free disk space ...' for the
+    first rank's OSError, else ': <its first line>'. DCP raises a CheckpointException (a BaseException)
+    that carries each failed rank's exception."""
+    causes = [cause for cause, _ in e.failures.values()] if isinstance(e, CheckpointException) else [e]
+    for cause in causes:
+        if isinstance(cause, OSError):
+            return " " + write_failure(cause)
+    return ": " + _first_line(causes[0])
+
+
+def _dcp_load(state: dict, folder: str) -> None:
+    """DCP reads folder's entries of `state` into its tensors, or a CheckpointError names why not."""
+    try:
+        dcp.load(state, checkpoint_id=folder)
+    except (Exception, CheckpointException) as e:
+        raise CheckpointError(f"{folder} could not be read into this run{_dcp_failure(e)}; use an intact "
+                              "checkpoint of the same model (resume falls back to an older one)") from None
 
 
 def _raise_if_any(error: str | None, out_dir: str) -> None:
@@ -605,11 +626,8 @@ def load_sharded_state(path: str, model: torch.nn.Module, optimizer: torch.optim
     or not): DCP reads each rank's part of every tensor."""
     initialize_optimizer_state(optimizer)
     state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
-    try:
-        for part, value in state.items():
-            dcp.load({part: value}, checkpoint_id=dcp_folder(path, part))
-    except Exception as e:
-        raise CheckpointError(f"{path} could not be read into this run ({_first_line(e)})") from e
+    for part, value in state.items():
+        _dcp_load({part: value}, dcp_folder(path, part))
     set_model_state_dict(model, state["model"])
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
 

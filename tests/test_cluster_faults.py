@@ -355,3 +355,24 @@ def test_without_flock_a_stale_claim_of_this_host_is_taken_over_and_another_host
     assert outcome == "refused" and f"pid {os.getpid()} on node-elsewhere" in message, message
     assert f"delete {tmp_path / 'other_host' / OWNER} and start again" in message, message
     assert not any((tmp_path / name / OWNER).exists() for name in ("dead_pid", "reused_pid", "none"))  # released
+
+
+def test_a_full_file_system_during_a_sharded_save_is_named_and_nothing_is_lost(tiny_dataset, tmp_path):
+    """The same under data_parallel=fsdp over 2 ranks: DCP's failed write named on every rank, the
+    half-written folder removed, the previous checkpoint verifying, and the run resumable."""
+    sharded = dict(SMALL, data_parallel="fsdp", micro_batch_size=4)
+    with small_filesystem(str(tmp_path / "disk"), "8m") as disk:
+        out = os.path.join(disk, "run")
+        run_train(tiny_run_args(tiny_dataset, out, **{**sharded, "max_iters": 6}), nproc=2)
+        manifest = json.load(open(os.path.join(out, "ckpt_0000006", "manifest.json")))["files"]
+        filler = fill(disk, leave_bytes=sum(record["bytes"] for record in manifest.values()) // 2)
+        proc = run_train(tiny_run_args(tiny_dataset, out, init_from="resume", **sharded), nproc=2, check=False)
+        workers = proc.stderr.split("failed (exitcode: 2)")[0]  # torchrun's own report of them follows
+        assert proc.returncode != 0 and "Traceback" not in workers, proc.stderr[-3000:]
+        named = "error: could not write checkpoint {} (No space left on device); free disk space"
+        assert workers.count(named.format(os.path.join(out, "ckpt_0000012"))) == 2, workers[-3000:]  # each rank
+        path, ckpt = load_latest(out)
+        assert path.endswith("ckpt_0000006") and ckpt["step"] == 6 and not glob.glob(os.path.join(out, "*.tmp"))
+        os.remove(filler)
+        run_train(tiny_run_args(tiny_dataset, out, init_from="resume", **sharded), nproc=2)
+        assert load_latest(out)[1]["step"] == 12
