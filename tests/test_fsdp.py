@@ -84,14 +84,18 @@ def one_process_results(data_dir: str, micro_batch: int) -> dict:
         torch.set_num_threads(threads)
 
 
+# The parallelisms each torchrun run trains every variant under (DDP over 2 ranks, against FSDP's).
+PARALLELISMS = {2: "fsdp,ddp", 4: "fsdp"}
+
+
 @pytest.fixture(scope="module")
 def ranks_results(tiny_dataset, tmp_path_factory) -> dict:
-    """{ranks: every variant's results under fsdp}, from torchrun runs of this file."""
+    """{ranks: {data_parallel: every variant's results}}, from torchrun runs of this file."""
     results = {}
-    for nproc, micro_batch in RANKS.items():  # (DDP equals one process: tests/test_train.py)
-        out = tmp_path_factory.mktemp("ranks") / f"fsdp{nproc}.pt"
+    for nproc, micro_batch in RANKS.items():
+        out = tmp_path_factory.mktemp("ranks") / f"ranks{nproc}.pt"
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                        __file__, tiny_dataset, str(micro_batch), "fsdp", str(out)],
+                        __file__, tiny_dataset, str(micro_batch), PARALLELISMS[nproc], str(out)],
                        check=True, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, cwd=REPO,
                        timeout=600)
         results[nproc] = torch.load(out, weights_only=True)
@@ -116,7 +120,7 @@ def test_every_optimizer_sharded_ends_where_one_process_ends(tiny_dataset, ranks
             assert relative_difference(weights, start) > 1e-3, name  # the runs moved
             if nproc > 2 and name in ROUNDING_CHAOTIC:
                 continue
-            sharded_weights, sharded_diagnostics = ranks_results[nproc][name]
+            sharded_weights, sharded_diagnostics = ranks_results[nproc]["fsdp"][name]
             difference = relative_difference(without_key_bias(sharded_weights), without_key_bias(weights))
             assert difference <= (0.0 if nproc == 2 and name != "adamw" else TOLERANCE), (name, nproc)
             assert sharded_diagnostics.keys() == diagnostics.keys(), (name, nproc)
@@ -124,12 +128,23 @@ def test_every_optimizer_sharded_ends_where_one_process_ends(tiny_dataset, ranks
                 assert sharded_diagnostics[metric] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, nproc, metric)
 
 
-if __name__ == "__main__":  # torchrun: tests/test_fsdp.py DATA_DIR MICRO_BATCH DATA_PARALLEL OUT
-    data_dir, micro_batch, data_parallel, out = sys.argv[1:]
+def test_every_optimizer_sharded_ends_where_ddp_ends(ranks_results):
+    """FSDP over 2 ranks against DDP over 2 ranks, every variant: the weights (the key bias left out) and
+    the log step's diagnostics."""
+    for name, (ddp_weights, ddp_diagnostics) in ranks_results[2]["ddp"].items():
+        sharded_weights, sharded_diagnostics = ranks_results[2]["fsdp"][name]
+        difference = relative_difference(without_key_bias(sharded_weights), without_key_bias(ddp_weights))
+        assert difference <= (0.0 if name != "adamw" else TOLERANCE), (name, difference)
+        for metric, value in ddp_diagnostics.items():
+            assert sharded_diagnostics[metric] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, metric)
+
+
+if __name__ == "__main__":  # torchrun: tests/test_fsdp.py DATA_DIR MICRO_BATCH DATA_PARALLEL[,...] OUT
+    data_dir, micro_batch, parallelisms, out = sys.argv[1:]
     join_process_group("gloo")
     rt = Runtime(dist.get_rank(), dist.get_rank(), dist.get_world_size(), torch.device("cpu"))
-    results = {name: train_variant(args, data_dir, int(micro_batch), data_parallel, rt)
-               for name, args in VARIANTS.items()}
+    results = {data_parallel: {name: train_variant(args, data_dir, int(micro_batch), data_parallel, rt)
+                               for name, args in VARIANTS.items()} for data_parallel in parallelisms.split(",")}
     if rt.is_main:
         torch.save(results, out)
     close_runtime()
