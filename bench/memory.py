@@ -91,7 +91,7 @@ from model import GPT, GPTConfig
 from optim import load_config
 from optim.newton_schulz import balanced_owners, exchanged_bytes, row_blocks
 from optim.routing import parameter_kinds
-from runtime import Runtime, exit_on_input_error, resolve_dtype
+from runtime import InputError, Runtime, exit_on_input_error, resolve_dtype
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GB = 1e9
@@ -277,6 +277,10 @@ def _count_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, gradi
         own = kept = per_tensor = 0
         for p in params:
             for name, value in optimizer.state.get(p, {}).items():
+                if isinstance(value, (list, tuple)) and any(torch.is_tensor(v) for v in value):
+                    raise InputError(f"bench.memory does not model {type(optimizer).__name__}'s state {name!r} (a list "
+                                     "of matrices sized by each side of a parameter, such as SOAP's statistics and "
+                                     "bases): measure its memory on a GPU (torch.cuda.max_memory_allocated)")
                 if not torch.is_tensor(value) or value.untyped_storage().data_ptr() in seen:
                     continue
                 seen.add(value.untyped_storage().data_ptr())
@@ -288,8 +292,8 @@ def _count_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, gradi
                 elif value.numel() == 1:
                     per_tensor += value.element_size()
                 else:
-                    raise ValueError(f"{type(optimizer).__name__}'s state {name!r} of shape {tuple(value.shape)} "
-                                     f"for a parameter of shape {tuple(p.shape)}: not modelled")
+                    raise InputError(f"bench.memory does not model {type(optimizer).__name__}'s state {name!r} of "
+                                     f"shape {tuple(value.shape)} for a parameter of shape {tuple(p.shape)}")
         elements = sum(p.numel() for p in params)
         costs[kind] = StateCost(own / elements, kept / elements, per_tensor / len(params))
     return costs
@@ -574,7 +578,7 @@ def main(argv: list[str] | None = None) -> None:
     with exit_on_input_error():  # a config error (e.g. a batch the GPU count does not divide): one line
         run = Run(load_config(config_args), args.world_size)
         run.cfg.grad_accum_steps(run.world_size)
-    print_run(run)
+        print_run(run)
 
 
 if __name__ == "__main__":

@@ -246,3 +246,12 @@ if __name__ == "__main__":  # torchrun: tests/test_memory.py OUT DATA_PARALLEL[,
     if rt.is_main:
         torch.save({key: [ranks[key] for ranks in everyone] for key in mine}, out)
     close_runtime()
+
+
+def test_state_the_model_cannot_scale_is_refused_by_name():
+    """SOAP's statistics and bases are matrices sized by each side of a parameter, which the probe's
+    small model cannot scale to GPT-2's: a named error, not a total that leaves them out."""
+    proc = subprocess.run([sys.executable, "-m", "bench.memory", "config/gpt2_small_soap.py", "--world_size", "8"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "does not model SOAP's state 'GG'" in proc.stderr and "total per GPU" not in proc.stdout
