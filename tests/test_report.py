@@ -11,9 +11,9 @@ import statistics
 import numpy as np
 import pytest
 
-from optim import load_config
+from optim import load_config, mini_recipes
 
-from scripts import report
+from scripts import budget_ladder, report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -327,3 +327,20 @@ def test_batch_ladder_widens_a_grid_past_the_edge_its_best_rate_sits_on():
     assert batch_ladder.widened(grid, 1e-3) == [5e-4, 1e-3, 2e-3, 4e-3]
     assert batch_ladder.widened(grid, 2e-3) == grid
     assert batch_ladder.widened(grid, None) == grid  # nothing finished: nothing to follow
+
+
+def test_the_budget_ladder_stretches_adamws_schedule_to_each_budget():
+    """Each rung of scripts/budget_ladder.py is AdamW's mini recipe run to factor x the mini budget, its
+    warmup and evaluations at the same fractions of the run; a factor that does not divide the schedule
+    is refused."""
+    recipe = [budget_ladder.BASE, *mini_recipes()[budget_ladder.RECIPE].args.split()]
+    base = load_config(recipe)
+    assert budget_ladder.rung_name(1) == "adamw" and budget_ladder.rung_name(0.25) == "adamw@0.25x"
+    for factor in budget_ladder.FACTORS:
+        cfg = load_config([*recipe, *budget_ladder.stretched(factor).split()])
+        assert cfg.max_iters * cfg.total_batch_size == factor * base.max_iters * base.total_batch_size
+        assert cfg.eval_interval / cfg.max_iters == base.eval_interval / base.max_iters
+        assert cfg.warmup_iters / cfg.max_iters == pytest.approx(base.warmup_iters / base.max_iters, abs=0.01)
+        assert cfg.learning_rate == base.learning_rate and cfg.total_batch_size == base.total_batch_size
+    with pytest.raises(ValueError, match="does not divide the mini schedule"):
+        budget_ladder.stretched(0.3)
