@@ -1,0 +1,79 @@
+"""
+The teardown stress proof (not collected by pytest: a run takes minutes): two-rank jobs run again and
+again while other processes load every core, each of which must exit 0. A race at process-group
+teardown shows as a rank aborting at exit ("terminate called without an active exception", SIGABRT)
+after a run that finished.
+
+    python tests/stress_teardown.py --rounds 50    # each round: train.py (ddp, then fsdp next round)
+                                                   # and the two-rank workers of test_optim_mars_m.py
+                                                   # and test_optim_ddp.py
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+# the repository before tests/ (this script's folder, first on the path), whose data/ holds test data
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import REPO, patterned_tokens, run_train, tiny_run_args  # noqa: E402
+from data.shards import write_shard  # noqa: E402
+
+WORKERS = ["tests/test_optim_mars_m.py", "tests/test_optim_ddp.py"]  # torchrun runs each file as its worker
+LOAD = "while True: pass"
+
+
+def tiny_dataset(folder: str) -> None:
+    """conftest's tiny_dataset, outside pytest."""
+    rng = np.random.default_rng(0)
+    write_shard(os.path.join(folder, "tiny_train_000001.bin"), patterned_tokens(rng, 30_000))
+    write_shard(os.path.join(folder, "tiny_train_000002.bin"), patterned_tokens(rng, 20_000))
+    write_shard(os.path.join(folder, "tiny_val_000000.bin"), patterned_tokens(rng, 5_000))
+
+
+def run_worker(path: str, out: str) -> subprocess.CompletedProcess:
+    """conftest.run_file_under_torchrun, keeping the process instead of raising on failure."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           path, out], capture_output=True, text=True, cwd=REPO, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--load", type=int, default=os.cpu_count(), help="busy processes beside the jobs")
+    args = parser.parse_args()
+    load = [subprocess.Popen([sys.executable, "-c", LOAD]) for _ in range(args.load)]
+    failures, jobs, start = [], 0, time.time()
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            data = os.path.join(folder, "data")
+            os.makedirs(data)
+            tiny_dataset(data)
+            for round_ in range(args.rounds):
+                data_parallel = ("ddp", "fsdp")[round_ % 2]
+                out = os.path.join(folder, f"run{round_}")
+                procs = {f"train.py {data_parallel}": run_train(
+                    tiny_run_args(data, out, max_iters=4, eval_interval=4, micro_batch_size=4,
+                                  data_parallel=data_parallel), nproc=2, check=False)}
+                procs |= {worker: run_worker(worker, os.path.join(folder, f"{round_}.pt")) for worker in WORKERS}
+                for name, proc in procs.items():
+                    jobs += 1
+                    if proc.returncode != 0:
+                        failures.append(f"round {round_}, {name}: exit {proc.returncode}\n{proc.stderr[-1500:]}")
+                print(f"round {round_ + 1}/{args.rounds}: {jobs - len(failures)} of {jobs} jobs exited 0 "
+                      f"({time.time() - start:.0f} s)", flush=True)
+    finally:
+        for p in load:
+            p.kill()
+    print("\n\n".join(failures))
+    print(f"{jobs - len(failures)} of {jobs} two-rank jobs exited 0, {args.load} busy processes beside them")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
