@@ -367,6 +367,7 @@ def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> GPT
         model = GPT(config)
     if "path" in ckpt:  # DCP reads into existing tensors: allocated on the CPU, never initialised
         model = model.to_empty(device="cpu")
+        model.tie_weights()  # (to_empty allocated the head and the embedding apart: one of them would be spare)
         state = get_model_state_dict(model)
         _dcp_load({"model": state}, dcp_folder(ckpt["path"], "model"))
         model.load_state_dict(state, assign=True)

@@ -15,7 +15,7 @@ import torch
 
 import train
 from config import ConfigError
-from checkpoint import load_model, save_checkpoint, step_path
+from checkpoint import ShardedCheckpoints, load_model, save_checkpoint, step_path
 from optim import load_config
 from parallel import ddp_bucket_mb
 from conftest import REPO, run_train, tiny_run_args
@@ -81,22 +81,53 @@ def test_loading_a_model_takes_host_memory_for_the_model_not_the_checkpoint(tmp_
     for evaluation grows the process's peak memory by the model at most (memory-mapped weights, read
     once to verify their checksums, no copy; the optimizer state never read). Loading the whole
     checkpoint took all of it."""
-    config = GPTConfig(block_size=64, n_layer=2, n_head=4, n_embd=256)  # the embedding: 50304 x 256
-    ckpt_path = write_checkpoint_with_optimizer_state(str(tmp_path), config, state_copies=3)
-    model_bytes = 4 * GPT(config).num_params()
-    # The peak resident set (VmHWM) of a fresh process, reset (clear_refs 5) just before the load; a first
-    # tiny model built on the meta device beforehand loads the meta machinery (75 MB of code, once).
+    ckpt_path = write_checkpoint_with_optimizer_state(str(tmp_path), PROBED, state_copies=3)
+    model_bytes = 4 * GPT(PROBED).num_params()
+    assert os.path.getsize(ckpt_path) > 3.5 * model_bytes
+    peak_growth = peak_growth_of_load_model(ckpt_path)
+    assert peak_growth < 1.1 * model_bytes, (peak_growth, model_bytes)
+
+
+PROBED = GPTConfig(block_size=64, n_layer=2, n_head=4, n_embd=256)  # 64 MB, the embedding 50304 x 256
+
+
+def peak_growth_of_load_model(path: str) -> int:
+    """Bytes by which load_model(path) grows the peak resident set (VmHWM) of a fresh process, reset
+    (clear_refs 5) just before the load; a first tiny model built on the meta device beforehand loads
+    the meta machinery (75 MB of code, once)."""
     probe = ("import sys, torch; from checkpoint import load_model; from model import GPT, GPTConfig\n"
              "def kb(key): return int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1])\n"
              "with torch.device('meta'): GPT(GPTConfig(block_size=8, vocab_size=8, n_layer=1, n_head=1, n_embd=8))\n"
              "open('/proc/self/clear_refs', 'w').write('5'); before = kb('VmRSS:')\n"
              "model = load_model(sys.argv[1])\n"
              "print(1024 * (kb('VmHWM:') - before))")
-    proc = subprocess.run([sys.executable, "-c", probe, ckpt_path], capture_output=True, text=True, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", probe, path], capture_output=True, text=True, cwd=REPO,
                           check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    peak_growth = int(proc.stdout.split()[-1])
-    assert os.path.getsize(ckpt_path) > 3.5 * model_bytes
-    assert peak_growth < 1.1 * model_bytes, (peak_growth, model_bytes)
+    return int(proc.stdout.split()[-1])
+
+
+def test_a_sharded_checkpoint_loads_only_its_model_onto_the_device(tmp_path):
+    """A sharded checkpoint (ckpt_<step>/, written here by one process): load_model puts the weights on the
+    device asked for (meta here), tied, equal to the saved ones; and it takes host memory for the model
+    and one tensor in flight (DCP reads each into a buffer, then copies it), never the optimizer's files.
+    The head and the embedding were allocated apart before, one of them spare (1.5x this bound)."""
+    torch.manual_seed(0)
+    model = GPT(PROBED)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    meta = dict(model_args=vars(PROBED), step=1, config={"tokenizer": "gpt2"})
+    path = ShardedCheckpoints(str(tmp_path), keep=1, keep_best=False, asynchronous=False).save(
+        model, optimizer, meta, best=False)
+    on_meta, _ = load_model(path, META)
+    assert all(p.device == META for p in on_meta.parameters()) and not on_meta.training
+    loaded, _ = load_model(path)
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    largest = max(4 * p.numel() for p in model.parameters())
+    peak_growth = peak_growth_of_load_model(path)
+    assert peak_growth < 1.1 * (4 * model.num_params() + largest), (peak_growth, 4 * model.num_params(), largest)
 
 
 def test_batches_move_from_host_memory_to_any_device():
