@@ -17,6 +17,7 @@ import train
 from conftest import REPO, without_key_bias
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config, mini_recipes
+from optim.contract import EvaluationWeights, evaluation_weights
 from optim.routing import parameter_kinds
 from optim.schedule import set_learning_rates
 from parallel import parallelize
@@ -27,6 +28,7 @@ from runtime import Runtime, close_runtime, join_process_group
 VARIANTS = {name: recipe.args.split() for name, recipe in mini_recipes().items()} | {
     "mars_lion": ["config/mini_mars.py", "--mars_type=mars-lion", "--learning_rate=3e-4"],
     "mars_shampoo_exact": ["config/mini_mars.py", "--mars_type=mars-shampoo", "--is_approx=False"],
+    "mars_activation_checkpointing": ["config/mini_mars.py", "--activation_checkpointing=True"],
     # SOAP's bases change twice within STEPS (v reordered, m carried over); a side over 100 is not rotated,
     # 1-D parameters are: matrices rotated on both sides, on either, and 1-D parameters rotated or plain Adam
     "soap": ["config/mini_soap.py", "--precondition_frequency=2", "--precondition_1d=True", "--max_precond_dim=100"],
@@ -51,7 +53,8 @@ STEPS, DIAGNOSED_STEP = 6, 4
 
 def train_variant(args: list[str], data_dir: str, micro_batch: int, data_parallel: str, rt: Runtime
                   ) -> tuple[dict, dict]:
-    """STEPS steps of a variant through train.StepContext; the whole weights and one log step's diagnostics."""
+    """STEPS steps of a variant through train.StepContext; the whole weights (and the evaluation weights of an
+    optimizer that has them, under "evaluation/") and one log step's diagnostics."""
     cfg = load_config([*args, *SHAPE, f"--micro_batch_size={micro_batch}", f"--data_dir={data_dir}",
                        f"--data_parallel={data_parallel}", "--compile=False"])
     data = train.load_data(cfg, rt)
@@ -67,9 +70,16 @@ def train_variant(args: list[str], data_dir: str, micro_batch: int, data_paralle
         set_learning_rates(optimizer, step, cfg, cfg.total_iters())
         loss, grad_norm, logged = steps.optimizer_step(step, kinds if step == DIAGNOSED_STEP else None)
         diagnostics |= {k: v.item() for k, v in logged.items()} | ({"grad_norm": grad_norm.item()} if logged else {})
-    weights = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
-               for k, v in raw_model.state_dict().items()}
+    weights = whole_weights(raw_model)
+    if isinstance(optimizer, EvaluationWeights):
+        with evaluation_weights(optimizer):
+            weights |= {f"evaluation/{k}": v for k, v in whole_weights(raw_model).items()}
     return weights, diagnostics
+
+
+def whole_weights(model: torch.nn.Module) -> dict:
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+            for k, v in model.state_dict().items()}
 
 
 def one_process_results(data_dir: str, micro_batch: int) -> dict:
