@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import datetime
 import errno
+import gc
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from typing import ContextManager
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,8 @@ def init_runtime(device_setting: str) -> Runtime:
 # aborts the process: "terminate called without an active exception"). destroy_process_group releases
 # the GIL while it destroys a group, provided it drops the group's last reference: nothing else may
 # hold one (DDP's reducer, freed with the GIL held: a hang at exit, seen under load; torch._dynamo,
-# imported after the group exists: join_process_group).
+# imported after the group exists: join_process_group; FSDP's modules, until train.train has let the
+# run go; FSDP's device mesh, which DTensor's caches keep: close_runtime).
 
 
 def join_process_group(backend: str, **kwargs) -> None:
@@ -98,6 +101,10 @@ def close_runtime() -> None:
     the barrier, so the exception propagates and the process exits nonzero without it."""
     if dist.is_initialized():
         dist.barrier()
+        # A sharded run's device mesh outlives the run in DTensor's caches, and holds its process group in a
+        # registry of its own: emptied, destroy_process_group drops the group's last reference
+        for mesh in [o for o in gc.get_objects() if isinstance(o, DeviceMesh)]:
+            getattr(mesh, "_pg_registry", {}).clear()
         dist.destroy_process_group()
 
 

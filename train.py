@@ -13,6 +13,7 @@ The file reads top to bottom: set-up helpers, the work of one step, then train()
 the loop, which calls them in order.
 """
 
+import gc
 import math
 import os
 import sys
@@ -297,8 +298,18 @@ def print_sample(model: GPT, tokenizer: str, tokens: int, seed: int, device: tor
 
 
 def train(cfg: TrainConfig) -> int:
-    """Train (or, eval_only, score the checkpoint); returns the exit status (StopSignal.exit_status)."""
+    """Train (or, eval_only, score the checkpoint); returns the exit status (StopSignal.exit_status). The
+    process groups are destroyed once nothing of the run holds them (runtime.py, Teardown): DDP's reducer,
+    FSDP's modules and DTensors, async saves' group; only on success."""
     rt = init_runtime(cfg.device)
+    status = train_on(cfg, rt)
+    gc.collect()  # (the run's objects that form reference cycles, FSDP's hooks among them, freed now)
+    close_runtime()
+    return status
+
+
+def train_on(cfg: TrainConfig, rt: Runtime) -> int:
+    """The run on this runtime: train, or score the checkpoint; returns the exit status."""
     check_parallelism(cfg, rt)
     configure_device(rt.device, cfg.deterministic)
     dtype = resolve_dtype(cfg.dtype, rt.device)
@@ -324,8 +335,6 @@ def train(cfg: TrainConfig) -> int:
         val_loss = evaluate(raw_model, data.val_windows, data.val_ids, data.val_batches, cfg.micro_batch_size, rt,
                                 autocast)
         log.print(f"checkpoint of {cfg.out_dir} at step {run.step}: val loss {val_loss:.4f}")
-        del model  # DDP's reducer holds the process group: it goes first (runtime.py, Teardown)
-        close_runtime()
         return 0
     if run.step > total_iters:  # the loop stops when run.step reaches total_iters: it never would
         length = f"max_tokens={cfg.max_tokens}" if cfg.max_tokens else f"max_iters={cfg.max_iters}"
@@ -425,8 +434,6 @@ def train(cfg: TrainConfig) -> int:
             print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
     log.close()
     stop.close()
-    del steps, model  # DDP's reducer holds the process group: it goes first (runtime.py, Teardown)
-    close_runtime()
     return stop.exit_status
 
 

@@ -218,14 +218,18 @@ train.main(sys.argv[2:])
 """
 
 
-def test_a_finished_two_rank_run_joins_every_gloo_thread_in_close_runtime(tiny_dataset, tmp_path):
+@pytest.mark.parametrize("parallelism", [{}, {"data_parallel": "fsdp", "async_checkpoint": True}],
+                         ids=["ddp", "fsdp_async_checkpoint"])
+def test_a_finished_two_rank_run_joins_every_gloo_thread_in_close_runtime(tiny_dataset, tmp_path, parallelism):
     """The exit of a finished torchrun run is deterministic when close_runtime destroys every process group
     itself, with the GIL released, joining their threads (runtime.py, Teardown). Left to DDP's reducer, a
     group is destroyed later holding the GIL, which one of its threads may still need: a hang at exit; left
     alive into interpreter shutdown, such a thread aborts the process. Here train.py's own close_runtime,
-    counting the gloo threads left when it returns, in a real 2-rank run."""
+    counting the gloo threads left when it returns, in a real 2-rank run (and one whose asynchronous saves
+    have a group of their own)."""
     (tmp_path / "checked_teardown.py").write_text(CHECKED_TEARDOWN)
-    args = tiny_run_args(tiny_dataset, str(tmp_path / "run"), max_iters=4, eval_interval=4, micro_batch_size=4)
+    args = tiny_run_args(tiny_dataset, str(tmp_path / "run"), max_iters=4, eval_interval=4, micro_batch_size=4,
+                         **parallelism)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(tmp_path / "checked_teardown.py"), str(tmp_path), *args], cwd=REPO, timeout=300,
