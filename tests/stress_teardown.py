@@ -63,8 +63,9 @@ def main() -> int:
                 procs |= {worker: run_worker(worker, os.path.join(folder, f"{round_}.pt")) for worker in WORKERS}
                 for name, proc in procs.items():
                     jobs += 1
-                    if proc.returncode != 0:
-                        failures.append(f"round {round_}, {name}: exit {proc.returncode}\n{proc.stderr[-1500:]}")
+                    if proc.returncode != 0:  # (the ranks' own output comes before torchrun's report)
+                        failures.append(f"round {round_}, {name}: exit {proc.returncode}\n{proc.stderr[:3000]}")
+                        print(failures[-1], flush=True)
                 print(f"round {round_ + 1}/{args.rounds}: {jobs - len(failures)} of {jobs} jobs exited 0 "
                       f"({time.time() - start:.0f} s)", flush=True)
     finally:
