@@ -9,8 +9,8 @@ The config file sets values of config.TrainConfig; --key=value overrides
 follow it. Outputs in out_dir: config.json (resolved config, code version),
 metrics.jsonl (one JSON row per log/eval step) and checkpoints (checkpoint.py).
 
-The file reads top to bottom: set-up helpers, the work of one step, then train(),
-the loop, which calls them in order.
+The file reads top to bottom: set-up helpers, the work of one step, then train(), which
+joins and leaves the process group around train_on(), the loop, which calls them in order.
 """
 
 import gc
