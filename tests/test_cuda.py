@@ -28,6 +28,7 @@ from test_optim import (
     MARS_DEFAULTS, STEPS, TINY, gradient_stream, make_groups, make_params, reference_ns5, run_optimizer,
     run_reference_mars, tiny_config,
 )
+from test_fsdp import sharded_dtypes
 from test_train import load_weights, read_metrics
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -265,6 +266,15 @@ def test_fsdp_on_one_gpu_bf16_compiled_per_block(tiny_dataset, tmp_path):
     val = read_metrics(out, "val")
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.3, val
     assert os.path.exists(os.path.join(out, "ckpt_0000012", "manifest.json"))
+
+
+@needs_cuda
+def test_fsdp_gathers_bf16_weights_onto_fp32_master_weights_and_gradients(monkeypatch):
+    """data_parallel=fsdp on CUDA in bf16 (torchtitan's policy): a block computes with bf16 weights,
+    the sharded parameters (master weights) and their reduced gradients stay fp32."""
+    dtypes = sharded_dtypes("cuda", monkeypatch)
+    assert dtypes == dict(compute=(torch.bfloat16, torch.bfloat16), parameters={torch.float32},
+                          gradients={torch.float32})
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")

@@ -5,6 +5,7 @@ trains every variant under the data_parallel it is given and rank 0 saves the wh
 """
 
 import os
+import socket
 import subprocess
 import sys
 from contextlib import nullcontext
@@ -147,6 +148,38 @@ def test_every_optimizer_sharded_ends_where_ddp_ends(ranks_results):
         assert difference <= (0.0 if name != "adamw" else TOLERANCE), (name, difference)
         for metric, value in ddp_diagnostics.items():
             assert sharded_diagnostics[metric] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, metric)
+
+
+def sharded_dtypes(device: str, monkeypatch) -> dict:
+    """parallel.shard of a tiny GPT on `device` (a one-rank process group in this process, gloo or NCCL,
+    dtype auto: bf16 on CUDA), one forward-backward: the dtype a block's matmul saw its weight in and
+    computed in, and the dtypes of the sharded parameters and their gradients."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    try:
+        cfg = load_config([*SHAPE, "--micro_batch_size=2", "--data_parallel=fsdp", f"--device={device}"])
+        model = GPT(GPTConfig(**cfg.model_args())).to(device)
+        parallelize(model, cfg, Runtime(0, 0, 1, torch.device(device)))
+        seen = []
+        model.transformer.h[0].attn.c_attn.register_forward_hook(
+            lambda module, args, out: seen.append((module.weight.dtype, out.dtype)))
+        tokens = torch.randint(0, cfg.vocab_size, (2, cfg.block_size), device=device)
+        model(tokens, tokens)[1].backward()
+        return dict(compute=seen[0], parameters={p.dtype for p in model.parameters()},
+                    gradients={p.grad.dtype for p in model.parameters()})
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sharded_parameters_and_gradients_are_fp32_on_cpu(monkeypatch):
+    """On CPU the policy is fp32 throughout (tests/test_cuda.py checks CUDA's bf16 compute)."""
+    dtypes = sharded_dtypes("cpu", monkeypatch)
+    assert dtypes == dict(compute=(torch.float32, torch.float32), parameters={torch.float32},
+                          gradients={torch.float32})
 
 
 if __name__ == "__main__":  # torchrun: tests/test_fsdp.py DATA_DIR MICRO_BATCH DATA_PARALLEL[,...] OUT
