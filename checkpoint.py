@@ -406,9 +406,9 @@ class ShardedCheckpoints:
     rename wait for finish(), which the next save() and the end of the run call (a collective, as save() is)."""
 
     def __init__(self, out_dir: str, keep: int, keep_best: bool, asynchronous: bool):
-        self.out_dir, self.keep, self.keep_best, self.asynchronous = out_dir, keep, keep_best, asynchronous
+        self.out_dir, self.keep, self.keep_best = out_dir, keep, keep_best
         self.group = dist.new_group(backend="gloo") if asynchronous and dist.is_initialized() else None
-        self.writer = ThreadPoolExecutor(max_workers=1) if asynchronous else None
+        self.writer = ThreadPoolExecutor(max_workers=1) if asynchronous else None  # None: synchronous saves
         self.pending: tuple[Future | None, str, bool] | None = None
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict, best: bool) -> str:
@@ -429,7 +429,7 @@ class ShardedCheckpoints:
         state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
         future = None
         try:
-            if self.asynchronous:  # our thread writes a copy (DCP's cannot copy FSDP2's shards, views of padded storage)
+            if self.writer is not None:  # our thread writes a copy (DCP's cannot copy FSDP2's shards, views of padded storage)
                 future = self.writer.submit(_write_parts, torch.utils._pytree.tree_map(_own_copy, state), tmp,
                                             self.group)
             else:
@@ -437,7 +437,7 @@ class ShardedCheckpoints:
         except (Exception, CheckpointException) as e:  # DCP raises any rank's failure on every rank
             error = f"could not write checkpoint {final}{_dcp_failure(e)}"
         self.pending = (future, tmp, best)
-        if error is not None or not self.asynchronous:
+        if error is not None or self.writer is None:
             self.finish(error)
         return final
 

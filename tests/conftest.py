@@ -4,6 +4,7 @@ torchrun)."""
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,15 +32,18 @@ def patterned_tokens(rng: np.random.Generator, count: int) -> np.ndarray:
     return np.concatenate(out)[:count].astype(np.uint16)
 
 
+def write_tiny_dataset(folder: str) -> str:
+    """Two train shards and one val shard of patterned tokens in folder; returns it."""
+    rng = np.random.default_rng(0)
+    write_shard(os.path.join(folder, "tiny_train_000001.bin"), patterned_tokens(rng, 30_000))
+    write_shard(os.path.join(folder, "tiny_train_000002.bin"), patterned_tokens(rng, 20_000))
+    write_shard(os.path.join(folder, "tiny_val_000000.bin"), patterned_tokens(rng, 5_000))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory) -> str:
-    """Two train shards and one val shard of patterned tokens."""
-    folder = tmp_path_factory.mktemp("tiny_data")
-    rng = np.random.default_rng(0)
-    write_shard(str(folder / "tiny_train_000001.bin"), patterned_tokens(rng, 30_000))
-    write_shard(str(folder / "tiny_train_000002.bin"), patterned_tokens(rng, 20_000))
-    write_shard(str(folder / "tiny_val_000000.bin"), patterned_tokens(rng, 5_000))
-    return str(folder)
+    return write_tiny_dataset(str(tmp_path_factory.mktemp("tiny_data")))
 
 
 def tiny_run_args(data_dir: str, out_dir: str, **overrides) -> list[str]:
@@ -78,14 +82,34 @@ def run_train(args: list[str], nproc: int = 0, check: bool = True, timeout: int 
     return proc
 
 
+def torchrun_file(path: str, out: Path | str, nproc: int = 2, **run_kwargs) -> subprocess.CompletedProcess:
+    """Run a test file as a torchrun script on gloo (one thread per rank), its output path its argument."""
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", path, str(out)],
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, cwd=REPO, **{"timeout": 300, **run_kwargs},
+    )
+
+
 def run_file_under_torchrun(path: str, out: Path, nproc: int = 2) -> dict:
     """Run a test file as a torchrun script (its __main__ calls save_results_of_ranks) on gloo,
     and return what rank 0 saved to `out`."""
-    subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", path, str(out)],
-        check=True, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, cwd=REPO, timeout=300,
-    )
+    torchrun_file(path, out, nproc, check=True)
     return torch.load(out, weights_only=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def flip_middle_byte(path: str) -> None:
+    """Flip the byte in the middle of a file (a corrupt checkpoint)."""
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
 
 
 def save_results_of_ranks(run) -> None:

@@ -16,30 +16,12 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 # the repository before tests/ (this script's folder, first on the path), whose data/ holds test data
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from conftest import REPO, patterned_tokens, run_train, tiny_run_args  # noqa: E402
-from data.shards import write_shard  # noqa: E402
+from conftest import run_train, tiny_run_args, torchrun_file, write_tiny_dataset  # noqa: E402
 
 WORKERS = ["tests/test_optim_mars_m.py", "tests/test_optim_ddp.py"]  # torchrun runs each file as its worker
 LOAD = "while True: pass"
-
-
-def tiny_dataset(folder: str) -> None:
-    """conftest's tiny_dataset, outside pytest."""
-    rng = np.random.default_rng(0)
-    write_shard(os.path.join(folder, "tiny_train_000001.bin"), patterned_tokens(rng, 30_000))
-    write_shard(os.path.join(folder, "tiny_train_000002.bin"), patterned_tokens(rng, 20_000))
-    write_shard(os.path.join(folder, "tiny_val_000000.bin"), patterned_tokens(rng, 5_000))
-
-
-def run_worker(path: str, out: str) -> subprocess.CompletedProcess:
-    """conftest.run_file_under_torchrun, keeping the process instead of raising on failure."""
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           path, out], capture_output=True, text=True, cwd=REPO, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
 
 
 def main() -> int:
@@ -53,14 +35,15 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as folder:
             data = os.path.join(folder, "data")
             os.makedirs(data)
-            tiny_dataset(data)
+            write_tiny_dataset(data)
             for round_ in range(args.rounds):
                 data_parallel = ("ddp", "fsdp")[round_ % 2]
                 out = os.path.join(folder, f"run{round_}")
                 procs = {f"train.py {data_parallel}": run_train(
                     tiny_run_args(data, out, max_iters=4, eval_interval=4, micro_batch_size=4,
                                   data_parallel=data_parallel), nproc=2, check=False)}
-                procs |= {worker: run_worker(worker, os.path.join(folder, f"{round_}.pt")) for worker in WORKERS}
+                procs |= {worker: torchrun_file(worker, os.path.join(folder, f"{round_}.pt"), check=False,
+                                                capture_output=True, text=True, timeout=600) for worker in WORKERS}
                 for name, proc in procs.items():
                     jobs += 1
                     if proc.returncode != 0:  # (the ranks' own output comes before torchrun's report)

@@ -14,7 +14,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from checkpoint import CheckpointError, checksum_path, load_checkpoint, load_latest, load_model, step_path
-from conftest import REPO, run_train, tiny_run_args
+from conftest import REPO, flip_middle_byte, run_train, tiny_run_args
 from data.shards import file_sha256
 from model import GPT, GPTConfig
 
@@ -266,9 +266,6 @@ def test_a_sharded_checkpoint_from_before_model_and_optimizer_were_separate_stil
     loaded, tokenizer = load_model(folder)
     assert tokenizer == "gpt2" and loaded.lm_head.weight is loaded.transformer.wte.weight
     assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
-    shard = os.path.join(folder, "__0_0.distcp")
-    data = bytearray(open(shard, "rb").read())
-    data[len(data) // 2] ^= 0xFF
-    open(shard, "wb").write(bytes(data))
+    flip_middle_byte(os.path.join(folder, "__0_0.distcp"))
     with pytest.raises(CheckpointError, match="__0_0.distcp's sha256 differs"):
         load_model(folder)

@@ -18,7 +18,7 @@ from config import ConfigError
 from checkpoint import ShardedCheckpoints, load_model, save_checkpoint, step_path
 from optim import load_config
 from parallel import ddp_bucket_mb
-from conftest import REPO, run_train, tiny_run_args
+from conftest import REPO, flip_middle_byte, run_train, tiny_run_args
 from data.loader import to_device
 from model import GPT, GPTConfig
 from optim import build_optimizer
@@ -159,11 +159,7 @@ def test_two_ranks_resume_from_the_checkpoint_rank_0_verified(tiny_dataset, tmp_
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     run_train(tiny_run_args(tiny_dataset, straight, **common), nproc=2)
     run_train(tiny_run_args(tiny_dataset, resumed, **{**common, "max_iters": 6}), nproc=2)
-    with open(step_path(resumed, 6), "r+b") as f:  # flip a byte in the middle of the newest checkpoint
-        f.seek(os.path.getsize(step_path(resumed, 6)) // 2)
-        byte = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    flip_middle_byte(step_path(resumed, 6))  # the newest checkpoint corrupt
     proc = run_train(tiny_run_args(tiny_dataset, resumed, init_from="resume", **common), nproc=2)
     log = proc.stdout + proc.stderr
     assert log.count("skipping checkpoint") == 1 and "resuming" in log and "at step 4" in log, log[-2000:]

@@ -5,7 +5,6 @@ trains every variant under the data_parallel it is given and rank 0 saves the wh
 """
 
 import os
-import socket
 import subprocess
 import sys
 from contextlib import nullcontext
@@ -15,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import train
-from conftest import REPO, without_key_bias
+from conftest import REPO, free_port, without_key_bias
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config, mini_recipes
 from optim.contract import EvaluationWeights, evaluation_weights
@@ -154,11 +153,8 @@ def sharded_dtypes(device: str, monkeypatch) -> dict:
     """parallel.shard of a tiny GPT on `device` (a one-rank process group in this process, gloo or NCCL,
     dtype auto: bf16 on CUDA), one forward-backward: the dtype a block's matmul saw its weight in and
     computed in, and the dtypes of the sharded parameters and their gradients."""
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
     monkeypatch.setenv("MASTER_ADDR", "localhost")
-    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
     try:
         cfg = load_config([*SHAPE, "--micro_batch_size=2", "--data_parallel=fsdp", f"--device={device}"])

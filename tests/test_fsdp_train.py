@@ -15,7 +15,7 @@ import time
 import torch
 
 from checkpoint import load_model, verify_manifest
-from conftest import REPO, run_train, tiny_run_args, without_key_bias
+from conftest import REPO, flip_middle_byte, run_train, tiny_run_args, without_key_bias
 
 COMMON = dict(lr_decay_iters=12, eval_interval=4, optimizer="mars", micro_batch_size=4)
 
@@ -62,12 +62,6 @@ def test_sharded_checkpoints_resume_bit_exact_and_load_anywhere(tiny_dataset, tm
         assert "resuming" in proc.stdout + proc.stderr
         resumed = weights(os.path.join(out, "ckpt_0000012"))
         assert relative_difference(without_key_bias(a), without_key_bias(resumed)) < 1e-6, out
-
-
-def flip_middle_byte(path: str) -> None:
-    data = bytearray(open(path, "rb").read())
-    data[len(data) // 2] ^= 0xFF
-    open(path, "wb").write(bytes(data))
 
 
 def test_a_corrupt_sharded_checkpoint_is_skipped_with_its_reason(tiny_dataset, tmp_path):

@@ -8,14 +8,13 @@ work."""
 import glob
 import json
 import os
-import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import REPO, tiny_run_args
+from conftest import REPO, free_port, tiny_run_args
 from config import read_config_file
 from optim import mini_recipes
 
@@ -36,12 +35,6 @@ EXPECTED_RUNS = {
 DRY_RUN_KEYS = {"device", "compile", "n_layer", "n_head", "n_embd", "block_size", "micro_batch_size",
                 "total_batch_size", "max_tokens", "max_iters", "warmup_iters", "eval_interval", "eval_sequences",
                 "log_interval", "out_dir", "wandb_run_name", "data_dir"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def run_script(script: str, out_root, data_dir: str, *args: str, **env: str) -> subprocess.CompletedProcess:
