@@ -45,6 +45,7 @@ from typing import IO, Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict  # (DCP's own key names)
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import (
@@ -524,12 +525,23 @@ def _dcp_failure(e: BaseException) -> str:
 
 
 def _dcp_load(state: dict, folder: str) -> None:
-    """DCP reads folder's entries of `state` into its tensors, or a CheckpointError names why not."""
+    """DCP reads folder's entries of `state` (one part: {"model": ...} or {"optimizer": ...}) into its
+    tensors, or a CheckpointError names why not. DCP reads only the entries `state` asks for, so an entry
+    of the checkpoint that `state` lacks would be dropped without a word: that is refused too."""
+    (part,) = state
     try:
-        dcp.load(state, checkpoint_id=folder)
+        stored = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata
+        wanted = flatten_state_dict(state)[0].keys()
+        unread = [key for key in stored if key.startswith(f"{part}.") and key not in wanted
+                  and not key.startswith(f"{part}.param_groups.")]  # (a group's settings come from the config)
+        if not unread:
+            dcp.load(state, checkpoint_id=folder)
     except (Exception, CheckpointException) as e:
         raise CheckpointError(f"{folder} could not be read into this run{_dcp_failure(e)}; use an intact "
                               "checkpoint of the same model (resume falls back to an older one)") from None
+    if unread:
+        raise CheckpointError(f"{folder} holds {len(unread)} entries this run's {part} has no place for (first: "
+                              f"{unread[0]}), which a load would drop; resume with the settings that wrote it")
 
 
 def _raise_if_any(error: str | None, out_dir: str) -> None:
@@ -606,13 +618,19 @@ def initialize_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Create every parameter's optimizer state (a step on zero gradients at learning rate 0, as
     torch.distributed.checkpoint.state_dict does, MARS-exact's stash included) so that a checkpoint's
     state can be read into it."""
-    if optimizer.state:
-        return
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-    for p in params:
-        p.grad = torch.zeros_like(p)
-    if needs_second_gradient(optimizer):
-        optimizer.stash_grad_for_next_step()
+    if any(optimizer.state.get(p) for p in params):  # (not `optimizer.state`: Schedule-Free's train() fills it
+        return                                      # with empty dicts, and DCP would then load nothing into it)
+
+    def zero_gradients() -> None:
+        for p in params:
+            p.grad = torch.zeros_like(p)
+
+    zero_gradients()
+    if needs_second_gradient(optimizer):  # the loop's order: stash, let go of p.grad, the step's own gradient
+        optimizer.stash_grad_for_next_step()  # (the stash keeps p.grad's tensor: the step must not see it again)
+        optimizer.zero_grad(set_to_none=True)
+        zero_gradients()
     lrs = [group["lr"] for group in optimizer.param_groups]
     for group in optimizer.param_groups:
         group["lr"] = 0.0
