@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import IO, Any
@@ -535,7 +536,9 @@ def _dcp_load(state: dict, folder: str) -> None:
         unread = [key for key in stored if key.startswith(f"{part}.") and key not in wanted
                   and not key.startswith(f"{part}.param_groups.")]  # (a group's settings come from the config)
         if not unread:
-            dcp.load(state, checkpoint_id=folder)
+            with warnings.catch_warnings():  # (one process reading a sharded checkpoint is meant: DCP warns it guessed)
+                warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+                dcp.load(state, checkpoint_id=folder)
     except (Exception, CheckpointException) as e:
         raise CheckpointError(f"{folder} could not be read into this run{_dcp_failure(e)}; use an intact "
                               "checkpoint of the same model (resume falls back to an older one)") from None

@@ -103,7 +103,9 @@ def close_runtime() -> None:
         dist.barrier()
         # A sharded run's device mesh outlives the run in DTensor's caches, and holds its process group in a
         # registry of its own: emptied, destroy_process_group drops the group's last reference
-        for mesh in [o for o in gc.get_objects() if isinstance(o, DeviceMesh)]:
+        # (DeviceMesh in the type's MRO, not isinstance: DeviceMesh's metaclass's isinstance reads attributes of
+        # every object, and torch.distributed.reduce_op's warns "deprecated" on every rank)
+        for mesh in [o for o in gc.get_objects() if DeviceMesh in type(o).__mro__]:
             getattr(mesh, "_pg_registry", {}).clear()
         dist.destroy_process_group()
 

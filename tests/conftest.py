@@ -3,6 +3,7 @@ settings, a tiny token dataset, and a runner for train.py (in a subprocess, sing
 torchrun)."""
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -95,6 +96,38 @@ def run_file_under_torchrun(path: str, out: Path, nproc: int = 2) -> dict:
     and return what rank 0 saved to `out`."""
     torchrun_file(path, out, nproc, check=True)
     return torch.load(out, weights_only=True)
+
+
+def run_scenarios(plan: list, folder: Path | str, nproc: int = 0, timeout: int = 900) -> dict[str, dict]:
+    """Run a plan of tests/ranks.py scenarios in one launch (under torchrun with nproc ranks, on gloo, when
+    nproc > 0; else in one process) and return {name: {"result": ..., "errors": {rank: traceback}}} for each
+    scenario that ended. The launch's output is in folder/launch.log; a launch that fails names it."""
+    from ranks import Scenario, result_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plan.json").write_text(json.dumps([Scenario(*s)._asdict() for s in plan]))
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
+        if nproc else [sys.executable]
+    with open(folder / "launch.log", "w") as log:
+        proc = subprocess.run(launcher + [str(REPO / "tests" / "ranks.py"), str(folder / "plan.json"), str(folder)],
+                              stdout=log, stderr=subprocess.STDOUT, timeout=timeout, cwd=REPO,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    if proc.returncode != 0:
+        raise AssertionError(f"the launch of {folder / 'plan.json'} failed ({proc.returncode}):\n"
+                             f"{(folder / 'launch.log').read_text()[-5000:]}")
+    files = {s[0]: result_file(str(folder), s[0]) for s in plan}
+    return {name: torch.load(file, weights_only=False) for name, file in files.items() if os.path.exists(file)}
+
+
+def scenario_result(results: dict[str, dict], name: str):
+    """What scenario `name` returned; an AssertionError with every rank's traceback if it failed."""
+    if name not in results:
+        raise AssertionError(f"scenario {name} never reported (its launch stopped before it)")
+    if results[name]["errors"]:
+        raise AssertionError(f"scenario {name} failed:\n" + "\n".join(
+            f"rank {rank}:\n{trace}" for rank, trace in results[name]["errors"].items()))
+    return results[name]["result"]
 
 
 def free_port() -> int:

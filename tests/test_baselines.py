@@ -223,6 +223,7 @@ def test_schedule_free_evaluates_saves_and_resumes_its_averaged_weights(tiny_dat
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.quick
 def test_every_optimizer_resumes_from_its_checkpointed_state(name):
     """Saved as the loop saves (inside evaluation_weights) and restored as resume restores
     (checkpoint.restore_training_state, then train_weights), three more steps land where not stopping

@@ -236,6 +236,7 @@ def test_a_copied_checkpoint_verifies_for_every_reader(tiny_dataset, tmp_path):
     assert f"resuming {step_path(copy, 3)} at step 3" in output, output[-3000:]
 
 
+@pytest.mark.quick
 def test_a_checkpoint_from_before_the_checksums_inside_is_verified_by_its_file(tmp_path):
     """A checkpoint written before the checksums inside (its file's sha256 in a .sha256 beside it) still
     loads verified, and a flipped byte is named; with neither, it loads with a warning."""
@@ -252,6 +253,7 @@ def test_a_checkpoint_from_before_the_checksums_inside_is_verified_by_its_file(t
     assert load_checkpoint(path, log=warnings.append)["step"] == 1 and "no checksum recorded" in warnings[0]
 
 
+@pytest.mark.quick
 def test_a_sharded_checkpoint_from_before_model_and_optimizer_were_separate_still_loads(tmp_path):
     """Sharded checkpoints first held one DCP checkpoint of the model and optimizer together in the
     folder itself: load_model reads and verifies it still (one process, no process group)."""

@@ -11,6 +11,7 @@ def test_file_then_overrides(tmp_path):
     assert (cfg.learning_rate, cfg.max_iters, cfg.out_dir, cfg.dataset, cfg.compile) == (1e-3, 7, "out/x", "fineweb-edu", True)
 
 
+@pytest.mark.quick
 def test_unknown_key_names_the_nearest_valid_one(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown config key 'learning_rat'.*'learning_rate'"):
         load_config(["--learning_rat=1e-3"])
@@ -52,6 +53,7 @@ def test_model_args_from_preset_and_overrides():
     assert (args["n_layer"], args["n_head"], args["n_embd"]) == (2, 16, 1024)
 
 
+@pytest.mark.quick
 def test_values_out_of_range_are_refused():
     with pytest.raises(ConfigError, match="wsd_decay_frac"):
         TrainConfig(wsd_decay_frac=1.5)

@@ -19,6 +19,7 @@ from scripts import report
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "mars", "mars-m"])
+@pytest.mark.quick
 def test_diagnostics_match_a_direct_computation(optimizer, tiny_dataset):
     cfg = load_config([], base=dict(data_dir=tiny_dataset, device="cpu", n_layer=2, n_head=2, n_embd=16, block_size=16,
                                      vocab_size=128, total_batch_size=4 * 16, micro_batch_size=4, optimizer=optimizer,

@@ -122,6 +122,7 @@ def test_preprocessing_matches_harness():
         assert query_choices_gold(example) == (doc["query"], doc["choices"], doc["gold"])
 
 
+@pytest.mark.quick
 def test_context_continuation_split_matches_template_lm():
     lm = GPTLM(model=tiny_gpt())
     pairs = [("Paris is the capital of", " France"), ("trailing space ", "word"), ("two spaces  ", " x"),
@@ -148,6 +149,7 @@ def test_scores_equal_model_cross_entropy():
     assert score_continuations(model, [(context + continuation, [next_token])], "cpu", NO_AUTOCAST, 4)[0][1]
 
 
+@pytest.mark.quick
 def test_acc_norm_divides_by_ending_characters():
     """A model with zero embeddings gives every token the same probability 1/V,
     so an ending's log-likelihood is -(its tokens) * log V: acc prefers the ending

@@ -171,6 +171,7 @@ def sharded_dtypes(device: str, monkeypatch) -> dict:
         dist.destroy_process_group()
 
 
+@pytest.mark.quick
 def test_sharded_parameters_and_gradients_are_fp32_on_cpu(monkeypatch):
     """On CPU the policy is fp32 throughout (tests/test_cuda.py checks CUDA's bf16 compute)."""
     dtypes = sharded_dtypes("cpu", monkeypatch)

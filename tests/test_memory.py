@@ -226,6 +226,7 @@ def test_the_xl_target_and_the_last_line(capsys):
     assert match and float(match[1]) <= 24.0, last
 
 
+@pytest.mark.quick
 def test_readme_tables_are_the_commands(capsys):
     """Every row `python -m bench.memory --readme` prints stands in README.md, as printed."""
     print_readme_tables()

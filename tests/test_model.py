@@ -21,6 +21,7 @@ def test_initial_loss_is_about_ln_vocab():
     assert abs(loss.item() - math.log(50304)) < 0.1
 
 
+@pytest.mark.quick
 def test_overfits_one_batch():
     torch.manual_seed(0)
     model = GPT(tiny_config())
@@ -49,6 +50,7 @@ def naive_attention(attn, x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("inverse_layer_scaling", [False, True])
+@pytest.mark.quick
 def test_sdpa_equals_naive_masked_softmax(inverse_layer_scaling):
     torch.manual_seed(0)
     model = GPT(tiny_config(n_layer=3, scale_attn_by_inverse_layer_idx=inverse_layer_scaling)).double()

@@ -460,6 +460,7 @@ def test_factory_groups_and_base_lr():
     ],
     ids=["adamw", "mars-adamw", "mars-adamw-exact", "mars-lion", "mars-shampoo", "muon"],
 )
+@pytest.mark.quick
 def test_short_training_run_lowers_the_loss(overrides):
     torch.manual_seed(0)
     model = GPT(GPTConfig(**TINY))

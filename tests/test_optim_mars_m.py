@@ -204,6 +204,7 @@ def test_compiled_adamw_rule_gives_the_eager_numbers():
 
 
 @pytest.mark.parametrize("name", ["mars-m-approx", "mars-m-exact", "mars-m-efficient", "moonlight"])
+@pytest.mark.quick
 def test_short_training_run_lowers_the_loss(name):
     torch.manual_seed(0)
     model = GPT(GPTConfig(**TINY))

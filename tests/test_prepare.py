@@ -159,6 +159,7 @@ def test_text_files_one_document_per_txt_file(tmp_path):
     assert sorted(documents_of(split_tokens(out, "val")) + documents_of(split_tokens(out, "train"))) == sorted(docs)
 
 
+@pytest.mark.quick
 def test_one_and_two_workers_write_identical_bytes(fineweb, tmp_path):
     _, files, out = fineweb
     p.prepare(fineweb_source(files), str(tmp_path / "two"), shard_size=SHARD_SIZE, workers=2, batch_size=5)

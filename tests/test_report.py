@@ -42,6 +42,7 @@ MARS = dict(optimizer="mars", mars_type="mars-adamw")
 SMALL_5B = dict(model="small", max_tokens=5_000_000_000)  # 10173 steps of 480 x 1024 tokens
 
 
+@pytest.mark.quick
 def test_paper_table_with_seeds_budgets_and_an_incomplete_run(tmp_path):
     runs = tmp_path / "runs"
     write_run(runs / "adamw_s1", [11.0, 3.5, 3.2], optimizer="adamw", seed=1, **SMALL_5B)

@@ -79,6 +79,7 @@ def gpt2_like_shards(folder) -> str:
     return str(folder)
 
 
+@pytest.mark.quick
 def test_gather_refuses_an_id_beyond_the_vocabulary(tmp_path):
     windows = TokenWindows(gpt2_like_shards(tmp_path), "train", block_size=8, vocab_size=BYTE_VOCAB)
     windows.gather(np.array([1, 50]))  # windows without the id load: nothing is scanned up front

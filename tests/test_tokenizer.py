@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 PROBE = "from data.tokenizer import get_encoding; e = get_encoding(); print(e.n_vocab, e.encode_ordinary('hello world'))"
@@ -14,6 +16,7 @@ def resolve_in_fresh_process(cache_dir: str, extra_env: dict | None = None) -> s
     return subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.quick
 def test_loads_from_tiktoken_cache():
     proc = resolve_in_fresh_process(os.environ["TIKTOKEN_CACHE_DIR"])
     assert proc.stdout.split(None, 1) == ["50257", "[31373, 995]\n"], proc.stderr

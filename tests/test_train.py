@@ -57,6 +57,7 @@ def test_gradient_accumulation_equals_one_big_batch(tiny_dataset, tmp_path):
         torch.testing.assert_close(outs[0][name], outs[1][name], rtol=1e-4, atol=2e-6)
 
 
+@pytest.mark.quick
 def test_gradient_accumulation_gradients_directly(tiny_dataset):
     from data.loader import TokenWindows, TrainBatches
     from model import GPT, GPTConfig

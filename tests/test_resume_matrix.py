@@ -1,0 +1,282 @@
+"""
+Every optimizer resumes from every kind of checkpoint: each variant of the registry (every optimizer's
+mini recipes, and each of them with every other value of each setting that shapes its state) x each
+transition a preempted run may take, train.py's own loop (train.train_on) running every leg.
+
+A straight run of STEPS steps checkpoints on the way; each resume copies its folder cut back to the
+step-2 checkpoint (as a preempted run's is), resumes it to the end, and its final weights are compared
+with those of the run it continues (TRANSITIONS, CONTINUES):
+  fsdp2 -> fsdp2                      bit for bit; its own saves asynchronous (async_checkpoint)
+  fsdp2 async -> fsdp2                bit for bit, from the step-3 checkpoint written while step 4 trained
+  fsdp2 <-> ddp2                      within 1e-6 (the same world size, another parallelism)
+  fsdp2 <-> fsdp4, fsdp2 <-> one      within 1e-5 (another world size), one's being a single file, or
+                                      what the change of world size alone moves the straight run
+and a corrupt newest checkpoint (a byte of rank 1's optimizer shard flipped) is skipped, by name, for
+the one before it. Four launches in all (tests/ranks.py): 2 ranks, 4 ranks, one process, 2 ranks.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from checkpoint import load_model
+from conftest import flip_middle_byte, run_scenarios, scenario_result, without_key_bias
+from optim import OPTIMIZERS, load_config
+
+STEPS, SOURCE_STEP = 4, 2
+# How far a resumed run's final weights may be from those of the run it continues (the attention's key bias
+# left out: conftest.without_key_bias): bit for bit at the same world size and parallelism; at the same
+# world size under another parallelism, 1e-6 (gradients summed in another order); at another world size,
+# 1e-5 (gloo's sum over 4 ranks rounds otherwise; tests/test_fsdp.py asserts the same of whole runs).
+SAME, OTHER_PARALLELISM, OTHER_WORLD_SIZE = 0.0, 1e-6, 1e-5
+# Except where the change of world size alone moves the uninterrupted run farther: SOAP takes its bases
+# from rank-deficient statistics, whose null space eigh fills by rounding, so its straight runs over 2 and 4
+# ranks end 0.11 apart (0.68 rotating 1-D parameters, rank-1 statistics); a resume across them may land no
+# farther from the run it continues than that (measured: 7.5e-5 and 0.21).
+# A tiny model whose matrices split unevenly over 2 and 4 ranks (c_attn: 102 rows, the position table:
+# 30), the same 8-sequence batch at every world size (micro-batch 8 / world size, one micro-step).
+SHAPE = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--vocab_size=128", "--total_batch_size=240",
+         "--dropout=0.0", "--warmup_iters=2", f"--max_iters={STEPS}", "--grad_clip=5.0", "--grad_multiplier=10",
+         "--compile=False", "--device=cpu", "--ckpt_interval=2", "--ckpt_keep=10", f"--eval_interval={STEPS}",
+         "--eval_sequences=8", f"--log_interval={STEPS}", "--sample_tokens=0"]
+MICRO_BATCH = {1: 4, 2: 4, 4: 2}
+# SOAP refreshes its bases every 2 steps, so both sides of a resume do (the statistics and the bases are
+# its state); a side over 40 is not rotated (the embedding's 128 rows); eps 1e-4 keeps the steps in the
+# null space of its statistics (rounding noise, normalised) from moving its runs by O(lr) at another world size.
+EXTRA_ARGS = {"soap": ["--precondition_frequency=2", "--max_precond_dim=40", "--eps=1e-4"]}
+# Settings that only move parameters between two param groups of one rule: no state of their own to lose.
+GROUPING_ONLY = {"decay_embeddings"}
+
+# Each transition's leg, the straight run it continues (the run it was cut from, or for fsdp2_from_async the
+# run its source continues), and how far its final weights may be from that run's.
+CONTINUES = {"fsdp2_async": "fsdp2", "fsdp2_from_async": "fsdp2", "fsdp2_to_fsdp4": "fsdp2", "fsdp4_to_fsdp2": "fsdp4",
+           "fsdp2_to_ddp2": "fsdp2", "ddp2_to_fsdp2": "ddp2", "fsdp2_to_one": "fsdp2", "one_to_fsdp2": "one"}
+TRANSITIONS = {"fsdp2_async": SAME, "fsdp2_from_async": SAME, "fsdp2_to_fsdp4": OTHER_WORLD_SIZE,
+               "fsdp4_to_fsdp2": OTHER_WORLD_SIZE, "fsdp2_to_ddp2": OTHER_PARALLELISM,
+               "ddp2_to_fsdp2": OTHER_PARALLELISM, "fsdp2_to_one": OTHER_WORLD_SIZE, "one_to_fsdp2": OTHER_WORLD_SIZE}
+RESUMED_FROM = {"fsdp2_from_async": 3}  # the others resume from SOURCE_STEP
+# The straight run at the other world size of a transition that changes it.
+DESTINATION = {"fsdp2_to_fsdp4": "fsdp4", "fsdp4_to_fsdp2": "fsdp2", "fsdp2_to_one": "one", "one_to_fsdp2": "fsdp2"}
+
+
+def state_variants() -> dict[str, list[str]]:
+    """Every registry optimizer's mini recipes, and its first recipe with each other value of every
+    setting that shapes its state (its Hyperparameters.state_keys: a boolean flipped, each other choice),
+    one at a time; a variant whose settings equal an earlier one's is left out."""
+    variants, seen = {}, set()
+    for spec in OPTIMIZERS.values():
+        recipes = {name: recipe.args.split() for name, recipe in spec.mini_recipes.items()}
+        first_name, first_args = next(iter(recipes.items()))
+        defaults = load_config(first_args).hyperparameters
+        for key in spec.hyperparameters.state_keys:
+            if key in GROUPING_ONLY:
+                continue
+            field = spec.hyperparameters.__dataclass_fields__[key]
+            value = getattr(defaults, key)
+            choices = [not value] if isinstance(value, bool) else field.metadata.get("choices", ())
+            others = [c for c in choices if c != value]
+            for other in others:
+                recipes[f"{first_name}+{key}={other}"] = first_args + [f"--{key}={other}"]
+        for name, args in recipes.items():
+            settings = repr(dataclasses.asdict(load_config(args).hyperparameters) | {"optimizer": spec.name})
+            if settings not in seen:
+                seen.add(settings)
+                variants[name] = args + EXTRA_ARGS.get(spec.name, [])
+    return variants
+
+
+VARIANTS = state_variants()
+
+
+def run_args(variant: str, data_dir: str, out_dir: str, world_size: int, data_parallel: str = "fsdp",
+             **overrides) -> list[str]:
+    settings = dict(data_dir=data_dir, out_dir=out_dir, micro_batch_size=MICRO_BATCH[world_size],
+                    data_parallel=data_parallel) | overrides
+    return [*VARIANTS[variant], *SHAPE, *(f"--{k}={v}" for k, v in settings.items())]
+
+
+def from_checkpoint(source_run: str, step: int, out_dir: str) -> str:
+    """A copy of source_run cut back to its checkpoint at `step` (as a preempted run's folder is); out_dir."""
+    shutil.copytree(source_run, out_dir, symlinks=True)
+    for name in os.listdir(out_dir):
+        if name.startswith("ckpt_") and int(name.split("_")[1].split(".")[0]) > step:
+            path = os.path.join(out_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if os.path.lexists(os.path.join(out_dir, "ckpt.pt")):  # (a single-file run's link to its newest)
+        os.remove(os.path.join(out_dir, "ckpt.pt"))
+        os.link(os.path.join(out_dir, f"ckpt_{step:07d}.pt"), os.path.join(out_dir, "ckpt.pt"))
+    return out_dir
+
+
+def straight(name: str, args: list[str]) -> tuple:
+    return (name, "ranks:train", dict(args=args))
+
+
+def resumed(name: str, source_run: str, step: int, args: list[str]) -> tuple:
+    return (name, "test_resume_matrix:resume_leg", dict(source_run=source_run, step=step, args=args))
+
+
+def on_main_rank(rt, prepare) -> None:
+    """prepare() on rank 0, every rank raising its error if it raised (so that no rank waits for another
+    in the training that follows)."""
+    from runtime import broadcast_from_main
+
+    error = None
+    if rt.is_main:
+        try:
+            prepare()
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+    error = broadcast_from_main(error)
+    if error:
+        raise RuntimeError(error)
+
+
+def out_dir_of(args: list[str]) -> str:
+    return next(a for a in reversed(args) if a.startswith("--out_dir=")).removeprefix("--out_dir=")
+
+
+def resume_leg(rt, source_run: str, step: int, args: list[str]) -> dict:
+    """train.py resuming, in its own out_dir, a copy of source_run cut back to its checkpoint at `step`."""
+    from ranks import train
+
+    on_main_rank(rt, lambda: from_checkpoint(source_run, step, out_dir_of(args)))
+    return train(rt, args)
+
+
+def corrupt_newest(rt, source_run: str, args: list[str]) -> dict:
+    """train.py scoring (eval_only) a copy of source_run whose newest checkpoint has a byte of rank 1's
+    optimizer shard flipped."""
+    from ranks import train
+
+    def copy_and_corrupt() -> None:
+        shutil.copytree(source_run, out_dir_of(args), symlinks=True)
+        flip_middle_byte(os.path.join(out_dir_of(args), f"ckpt_{STEPS:07d}", "optimizer", "__1_0.distcp"))
+
+    on_main_rank(rt, copy_and_corrupt)
+    return train(rt, args)
+
+
+def legs(data_dir: str, root: str) -> dict[str, tuple[int, list[tuple]]]:
+    """Each launch's (ranks, scenarios), in the order they run (0 ranks: one process)."""
+    launches = {"first": (2, []), "four": (4, []), "one": (0, []), "last": (2, [])}
+    for v in VARIANTS:
+        run = {leg: os.path.join(root, v, leg) for leg in ("fsdp2", "ddp2", "fsdp4", "one", *TRANSITIONS, "corrupt")}
+
+        def args(leg: str, world_size: int, data_parallel: str = "fsdp", **overrides) -> list[str]:
+            return run_args(v, data_dir, run[leg], world_size, data_parallel, **overrides)
+
+        def resume(leg: str, source: str, world_size: int, data_parallel: str = "fsdp", step: int = SOURCE_STEP,
+                   **overrides) -> tuple:
+            return resumed(f"{v}/{leg}", run[source], step,
+                           args(leg, world_size, data_parallel, **overrides) + ["--init_from=resume"])
+
+        launches["first"][1].extend([
+            # saves at every step, as the asynchronous leg's: Schedule-Free's weights swap at a save (y -> x -> y
+            # rounds), so runs compared bit for bit save at the same steps
+            straight(f"{v}/fsdp2", args("fsdp2", 2, ckpt_interval=1)),
+            # asynchronous saves at steps 3 (written while step 4 trains) and 4
+            resume("fsdp2_async", "fsdp2", 2, async_checkpoint=True, ckpt_interval=1),
+            resume("fsdp2_from_async", "fsdp2_async", 2, step=3, ckpt_interval=1),
+            straight(f"{v}/ddp2", args("ddp2", 2, "ddp")),
+            resume("ddp2_to_fsdp2", "ddp2", 2),
+            resume("fsdp2_to_ddp2", "fsdp2", 2, "ddp"),
+            (f"{v}/corrupt", "test_resume_matrix:corrupt_newest",
+             dict(source_run=run["fsdp2"], args=args("corrupt", 2, eval_only=True))),
+        ])
+        launches["four"][1].extend([
+            straight(f"{v}/fsdp4", args("fsdp4", 4)),
+            resume("fsdp2_to_fsdp4", "fsdp2", 4),
+        ])
+        launches["one"][1].extend([
+            straight(f"{v}/one", args("one", 1, "ddp")),
+            resume("fsdp2_to_one", "fsdp2", 1, "ddp"),
+        ])
+        launches["last"][1].extend([
+            resume("fsdp4_to_fsdp2", "fsdp4", 2),
+            resume("one_to_fsdp2", "one", 2),
+        ])
+    return launches
+
+
+@pytest.fixture(scope="module")
+def matrix(tiny_dataset, tmp_path_factory) -> tuple[str, dict]:
+    """The four launches, in order; (the runs' folder, every scenario's result by name)."""
+    root = str(tmp_path_factory.mktemp("matrix"))
+    results = {}
+    for launch, (nproc, plan) in legs(tiny_dataset, root).items():
+        results |= run_scenarios(plan, os.path.join(root, f"launch_{launch}"), nproc=nproc, timeout=1800)
+    return root, results
+
+
+def final_weights(run: str) -> dict:
+    path = os.path.join(run, f"ckpt_{STEPS:07d}")
+    return load_model(path if os.path.isdir(path) else path + ".pt")[0].state_dict()
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
+
+
+@pytest.mark.parametrize("transition", TRANSITIONS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_resume_lands_where_the_straight_run_does(matrix, variant, transition):
+    root, results = matrix
+    straight = scenario_result(results, f"{variant}/{CONTINUES[transition]}")
+    assert straight["status"] == 0, straight["output"][-3000:]
+    resumed = scenario_result(results, f"{variant}/{transition}")
+    step = RESUMED_FROM.get(transition, SOURCE_STEP)
+    assert resumed["status"] == 0 and f"at step {step}" in resumed["output"], resumed["output"][-3000:]
+    assert "resuming" in resumed["output"], resumed["output"][-3000:]
+    want = final_weights(os.path.join(root, variant, CONTINUES[transition]))
+    got = final_weights(os.path.join(root, variant, transition))
+    if TRANSITIONS[transition] == SAME:
+        assert all(torch.equal(want[k], got[k]) for k in want), [k for k in want if not torch.equal(want[k], got[k])]
+    else:
+        tolerance = TRANSITIONS[transition]
+        if transition in DESTINATION:  # no farther than the change of world size alone moves the straight run
+            destination = final_weights(os.path.join(root, variant, DESTINATION[transition]))
+            tolerance = max(tolerance, relative_difference(without_key_bias(destination), without_key_bias(want)))
+        difference = relative_difference(without_key_bias(got), without_key_bias(want))
+        assert difference <= tolerance, (difference, tolerance)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_corrupt_sharded_checkpoint_is_skipped_for_the_one_before(matrix, variant):
+    """eval_only on a copy of the straight run whose newest checkpoint has a flipped byte in rank 1's
+    optimizer shard: skipped with its reason, the step-4 checkpoint scored instead."""
+    _, results = matrix
+    scored = scenario_result(results, f"{variant}/corrupt")
+    output = scored["output"]
+    assert scored["status"] == 0, output[-3000:]
+    assert "skipping checkpoint: " in output and "optimizer/__1_0.distcp's sha256 differs" in output, output[-3000:]
+    assert f"ckpt_{STEPS - 1:07d} at step {STEPS - 1}" in output, output[-3000:]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_sharded_run_folder_holds_each_ranks_own_shards(matrix, variant):
+    """The straight FSDP run's folder: a checkpoint per save, each with each rank's own files for the model
+    and for the optimizer, listed in its manifest with meta.pt."""
+    root, _ = matrix
+    run = os.path.join(root, variant, "fsdp2")
+    checkpoints = [f"ckpt_{step:07d}" for step in range(1, STEPS + 1)]
+    assert sorted(os.listdir(run)) == checkpoints + ["config.json", "metrics.jsonl", "run.lock"]
+    for checkpoint in checkpoints:
+        files = json.load(open(os.path.join(run, checkpoint, "manifest.json")))["files"]
+        assert files.keys() == {f"{part}/{name}" for part in ("model", "optimizer")
+                                for name in ("__0_0.distcp", "__1_0.distcp", ".metadata")} | {"meta.pt"}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_sharded_ends_where_ddp_and_one_process_end(matrix, variant):
+    """The straight runs themselves: FSDP over 2 ranks against DDP over 2 and one process (micro-batches of
+    4 each, so the same sums), within the resume tolerances of those changes."""
+    root, _ = matrix
+    sharded = without_key_bias(final_weights(os.path.join(root, variant, "fsdp2")))
+    for other, tolerance in (("ddp2", OTHER_PARALLELISM), ("one", OTHER_WORLD_SIZE)):
+        difference = relative_difference(without_key_bias(final_weights(os.path.join(root, variant, other))), sharded)
+        assert difference <= tolerance, (other, difference)
