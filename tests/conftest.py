@@ -5,9 +5,11 @@ torchrun)."""
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,12 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
 os.environ.setdefault("WANDB_MODE", "offline")
+# One inductor and FX-graph cache for the whole test run, inherited by every process a test starts: a kernel
+# compiled by one test (or train.py run) is loaded by the next. A folder of the run's own, so that a run's
+# time says what a fresh machine pays (torch's default, /tmp/torchinductor_<user>, outlives runs).
+RUN_COMPILE_CACHE = None if "TORCHINDUCTOR_CACHE_DIR" in os.environ else tempfile.mkdtemp(prefix="test-inductor-")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", RUN_COMPILE_CACHE or "")
+os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
 
 from data.shards import write_shard  # noqa: E402  (after the offline settings)
 
@@ -40,6 +48,11 @@ def write_tiny_dataset(folder: str) -> str:
     write_shard(os.path.join(folder, "tiny_train_000002.bin"), patterned_tokens(rng, 20_000))
     write_shard(os.path.join(folder, "tiny_val_000000.bin"), patterned_tokens(rng, 5_000))
     return folder
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if RUN_COMPILE_CACHE:
+        shutil.rmtree(RUN_COMPILE_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

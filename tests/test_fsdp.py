@@ -41,7 +41,7 @@ VARIANTS = {name: recipe.args.split() for name, recipe in mini_recipes().items()
 ROUNDING_CHAOTIC = {"soap"}
 # grad_multiplier 10: MARS's clip of c divides 40% of the tensors and grad_clip 5 clips the gradients
 # (the sharded norms are in play).
-SHAPE = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--total_batch_size=240",
+SHAPE = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--vocab_size=128", "--total_batch_size=240",
          "--warmup_iters=2", "--max_iters=6", "--dropout=0.0", "--grad_clip=5.0", "--grad_multiplier=10"]
 # ranks: micro-batch. On 2 ranks of one micro-step each, the averaged gradient is (g1 + g2) / 2 in one
 # process and sharded alike; on 4 ranks gloo sums in its own order, not one process's accumulation order.
@@ -169,6 +169,25 @@ def sharded_dtypes(device: str, monkeypatch) -> dict:
                     gradients={p.grad.dtype for p in model.parameters()})
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.quick
+def test_ddp_and_fsdp_on_one_rank_step_as_one_process(tiny_dataset, monkeypatch):
+    """The quick tier's DDP and FSDP steps: STEPS steps of MARS under DDP and under FSDP on a one-rank gloo
+    group in this process end bit for bit where the same steps without a process group end."""
+    variant, micro_batch = VARIANTS["mars_approx"], 8
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        wrapped = {data_parallel: train_variant(variant, tiny_dataset, micro_batch, data_parallel,
+                                                Runtime(0, 0, 1, torch.device("cpu")))[0]
+                   for data_parallel in ("ddp", "fsdp")}
+    finally:
+        dist.destroy_process_group()
+    plain = train_variant(variant, tiny_dataset, micro_batch, "ddp", Runtime(0, 0, 1, torch.device("cpu")))[0]
+    for data_parallel, weights in wrapped.items():
+        assert all(torch.equal(weights[k], plain[k]) for k in plain), data_parallel
 
 
 @pytest.mark.quick
