@@ -60,6 +60,7 @@ def init_runtime(device_setting: str) -> Runtime:
         except InputError as e:
             raise InputError(f"config key 'device': {e}") from None
     use_cuda = device_type(device_setting) == "cuda"
+    adopt_slurm_ranks()
     if "RANK" not in os.environ:
         device = torch.device((device_setting if device_setting != "auto" else "cuda") if use_cuda else "cpu")
         return Runtime(0, 0, 1, device)
@@ -72,6 +73,20 @@ def init_runtime(device_setting: str) -> Runtime:
     join_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
                        timeout=datetime.timedelta(minutes=60))
     return Runtime(rank, local_rank, world_size, device)
+
+
+def adopt_slurm_ranks() -> None:
+    """When srun started one task per rank (train.py without torchrun: `srun python train.py ...`, so that
+    SLURM's signals reach every rank), torchrun's variables from SLURM's: the rank, the world size, the
+    rank on the node, and the rendezvous at the step's first node, on a port of the job's own."""
+    if "RANK" in os.environ or int(os.environ.get("SLURM_STEP_NUM_TASKS", "1")) <= 1:
+        return
+    first_node = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_STEP_NODELIST"]],
+                                capture_output=True, text=True, check=True).stdout.split()[0]
+    os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_STEP_NUM_TASKS"],
+                      LOCAL_RANK=os.environ["SLURM_LOCALID"])
+    os.environ.setdefault("MASTER_ADDR", first_node)
+    os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ["SLURM_JOB_ID"]) % 20000))
 
 
 # Teardown. A gloo thread that has finished a collective frees it afterwards, and freeing tensors that
@@ -181,41 +196,76 @@ def code_version() -> str:
         return "unknown"
 
 
+# The stop requests a run agrees on, by priority: a stop outranks a requeue (scancel during a pending requeue).
+NO_STOP, REQUEUE, STOP = 0, 1, 2
+REQUEUE_SIGNAL = signal.SIGUSR1  # SLURM's usual choice: sbatch --signal=USR1@<seconds>, scancel --signal=USR1
+
+
+EARLY_SIGNALS: list[str] = []  # stop and requeue signals that came before the run's StopSignal existed
+
+
+def keep_early_stop_signals() -> None:
+    """From the start of an entry point: SIGTERM or the requeue signal arriving during start-up (imports,
+    data, model, a resume's load: minutes at scale) is kept for the run's StopSignal, which stops at its
+    first step, instead of ending the process (SIGUSR1's default action is to terminate)."""
+    for sig in (signal.SIGTERM, REQUEUE_SIGNAL):
+        signal.signal(sig, lambda signum, frame: EARLY_SIGNALS.append(signal.Signals(signum).name))
+
+
 class StopSignal:
-    """SIGTERM/SIGINT (preemption, Ctrl-C) as a request to stop, which every rank agrees on within two
-    steps of the signal, without stalling a step. A scheduler gives about 30 s from SIGTERM to SIGKILL,
-    too little to wait for a log step. The loop calls step_done() after each step, on every rank:
+    """SIGTERM/SIGINT (a user's scancel, Ctrl-C) as a request to stop, and SIGUSR1 (SLURM's warning before
+    the time limit, or a preemption) as a request to stop and be requeued, which every rank agrees on
+    within two steps of the signal, without stalling a step. A scheduler gives about 30 s from SIGTERM to
+    SIGKILL, too little to wait for a log step. The loop calls step_done() after each step, on every rank:
     one process reads its own flag; under torch.distributed each call starts an asynchronous MAX
-    all-reduce of this rank's flag and reads the previous call's, so every rank gets the same answer
+    all-reduce of this rank's request and reads the previous call's, so every rank gets the same answer
     at the same step. The flag is a CPU tensor reduced over a gloo group of its own, so on GPUs it
     never syncs the host with the device or waits in a queue behind training's NCCL collectives;
     waited a step after it started, a few bytes, it has long arrived. A second Ctrl-C kills."""
 
     def __init__(self) -> None:
-        self.received: str | None = None  # this rank's signal
-        self.requested = False  # some rank's signal, as of the last step_done()
+        self.received: str | None = None  # this rank's signal (a stop's, once one came)
+        self.agreed = NO_STOP  # every rank's request, as of the last step_done()
         self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None  # (a collective)
         self.pending: tuple[dist.Work, torch.Tensor] | None = None  # the all-reduce of the last step's flags
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, REQUEUE_SIGNAL):
             signal.signal(sig, self._handle)
+        for name in EARLY_SIGNALS:
+            self._handle(signal.Signals[name].value, None)
+        EARLY_SIGNALS.clear()
 
     def _handle(self, signum: int, frame) -> None:
-        self.received = signal.Signals(signum).name
+        if signum != REQUEUE_SIGNAL or self.received is None:
+            self.received = signal.Signals(signum).name
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    def _request(self) -> int:
+        if self.received is None:
+            return NO_STOP
+        return REQUEUE if self.received == REQUEUE_SIGNAL.name else STOP
 
     def step_done(self) -> bool:
         """Whether to stop now: some rank got a signal before the previous call (one process: before
         this one). Every rank calls it once after each step."""
         if self.group is None:
-            self.requested = self.received is not None
+            self.agreed = self._request()
             return self.requested
         if self.pending is not None:
             work, flags = self.pending
             work.wait()
-            self.requested = bool(flags.item())
-        flag = torch.tensor(int(self.received is not None))
+            self.agreed = int(flags.item())
+        flag = torch.tensor(self._request())
         self.pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True), flag)
         return self.requested
+
+    @property
+    def requested(self) -> bool:
+        return self.agreed != NO_STOP
+
+    @property
+    def requeue(self) -> bool:
+        """Whether the run stops to be requeued (some rank got SIGUSR1, none a stop)."""
+        return self.agreed == REQUEUE
 
     def close(self) -> None:
         """Wait for the last all-reduce and let go of the group (before close_runtime, which destroys it: the
@@ -227,11 +277,43 @@ class StopSignal:
     @property
     def exit_status(self) -> int:
         """The run's exit status: 0 when it finished, else 128 + the signal's number (143 for SIGTERM, 130 for
-        Ctrl-C; SIGTERM's on a rank stopped by another's signal), as a shell reports a process the signal
-        ended: a job wrapper tells a preempted run, to resume, from a finished one."""
+        Ctrl-C, 138 for SIGUSR1; SIGTERM's on a rank stopped by another's signal), as a shell reports a
+        process the signal ended: a job wrapper tells a preempted run, to resume, from a finished one."""
         if not self.requested:
             return 0
-        return 128 + signal.Signals[self.received or "SIGTERM"].value
+        if self.requeue:
+            return 128 + REQUEUE_SIGNAL.value
+        name = self.received if self.received and self.received != REQUEUE_SIGNAL.name else "SIGTERM"
+        return 128 + signal.Signals[name].value
+
+
+def requeue_slurm_job(max_requeues: int, log: Callable[[str], None]) -> bool:
+    """Requeue the SLURM job this run is (its own task, for a task of a job array: the array's id would
+    requeue every task), so that it continues from the checkpoint just saved when it starts again; False,
+    with the reason logged, outside SLURM, after max_requeues requeues, or when scontrol refuses."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return False
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    if restarts >= max_requeues:
+        log(f"not requeueing SLURM job {job}: it has been requeued {restarts} times (max_requeues={max_requeues}), "
+            "so a requeue would likely stop here again; the checkpoint is saved: raise max_requeues or the time "
+            "limit and submit the job again (--init_from=auto resumes it)")
+        return False
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    target = f"{array}_{task}" if array and task else job
+    try:
+        proc = subprocess.run(["scontrol", "requeue", target], capture_output=True, text=True, timeout=60)
+        error = proc.stderr.strip() if proc.returncode else None
+    except (OSError, subprocess.TimeoutExpired) as e:
+        error = str(e)
+    if error:
+        log(f"could not requeue SLURM job {target} ({error}); the checkpoint is saved: submit the job again "
+            "(--init_from=auto resumes it), and submit with --requeue")
+        return False
+    log(f"requeued SLURM job {target} (requeue {restarts + 1} of at most {max_requeues}): it resumes from the "
+        "checkpoint when it starts again (--init_from=auto)")
+    return True
 
 
 class Watchdog:

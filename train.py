@@ -44,7 +44,8 @@ from parallel import check_parallelism, clip_grad_norm_, gradient_sync, parallel
 from runlog import RunLog, lock_out_dir
 from runtime import (
     InputError, Runtime, StopSignal, Watchdog, all_reduce_sum, autocast_context, broadcast_from_main,
-    close_runtime, code_version, configure_device, exit_on_input_error, init_runtime, resolve_dtype,
+    close_runtime, code_version, configure_device, exit_on_input_error, init_runtime, keep_early_stop_signals,
+    requeue_slurm_job, resolve_dtype,
 )
 
 # Dense bf16 FLOP/s by a name in the device's (the first that matches: H100 PCIe and NVL before H100 SXM)
@@ -318,7 +319,9 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
     log = RunLog(enabled=rt.is_main)
     data = load_data(cfg, rt)
     total_iters = cfg.total_iters()
-    resume = cfg.init_from == "resume" or cfg.eval_only  # eval_only scores the run's checkpoint
+    # eval_only scores the run's checkpoint; auto resumes one if out_dir holds one (a save that never completed
+    # is none), and a checkpoint it cannot use stops the run with its error, never a silent fresh start
+    resume = cfg.init_from == "resume" or cfg.eval_only or (cfg.init_from == "auto" and has_checkpoint(cfg.out_dir))
     out_dir_lock = None if cfg.eval_only else claim_out_dir(cfg.out_dir, rt)  # held while this process lives
     check_out_dir(cfg.out_dir, resume, cfg.eval_only)
     torch.manual_seed(cfg.seed)
@@ -404,7 +407,7 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
         if stop_now:
             if stop.requested:
                 log.print(f"stopped by {stop.received or 'a signal on another rank'} at step {run.step}; "
-                          "resume with --init_from=resume")
+                          "resume with --init_from=resume (or auto)")
             break
         window.start_time += time.time() - pause_start
 
@@ -432,12 +435,17 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
     if cfg.sample_tokens and not stop.requested:  # (every rank: a sharded model's forward is collective)
         with evaluation_weights(optimizer):
             print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
+    status = stop.exit_status
+    if stop.requeue:  # (after every rank's part of the last checkpoint is complete: the requeue ends the job)
+        requeued = rt.is_main and requeue_slurm_job(cfg.max_requeues, log.print)
+        status = 0 if broadcast_from_main(requeued) else status
     log.close()
     stop.close()
-    return stop.exit_status
+    return status
 
 
 def main(argv: list[str]) -> None:
+    keep_early_stop_signals()
     with exit_on_input_error(ShardError, FileNotFoundError, FloatingPointError, PrepareError):
         cfg = load_config(argv)
         check_complete(cfg.data_path())  # an interrupted data.prepare: its shards hold part of the data

@@ -35,7 +35,8 @@ class TrainConfig:
     # ---- output and run identity
     out_dir: str = "out"  # checkpoints, config.json and metrics.jsonl go here
     seed: int = 1337  # fixes init, data order and dropout (the validation windows are fixed for every seed)
-    init_from: str = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
+    init_from: str = "scratch"  # 'scratch', 'resume' (out_dir's newest good checkpoint), or 'auto': resume
+    # when out_dir holds a checkpoint, else start (a job that may be requeued: the same command both times)
 
     # ---- data: token shards in data_dir (default data/<dataset>/), *_train_*.bin and *_val_*.bin
     dataset: str = "openwebtext"
@@ -123,6 +124,10 @@ class TrainConfig:
     # Seconds a step of a distributed run may take before the run stops with an error naming it: a frozen
     # or dead rank makes the others wait (runtime.Watchdog). Checkpoint writes keep 60 minutes. 0: no limit.
     step_timeout: float = 600.0
+    # Under SLURM, the requeue signal (SIGUSR1: sbatch --signal=USR1@<seconds> before the time limit, or
+    # scancel --signal=USR1 on preemption) saves, requeues the job and exits 0; a job requeued this many
+    # times (SLURM_RESTART_COUNT) saves and stops instead, named (a run that cannot progress never loops).
+    max_requeues: int = 20
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -166,7 +171,7 @@ class ConfigError(InputError, ValueError):
 
 
 CHOICES = {  # the allowed values of the loop's keys that name a choice
-    "init_from": ("scratch", "resume"),
+    "init_from": ("scratch", "resume", "auto"),
     "tokenizer": TOKENIZERS,
     "model": tuple(PRESETS),
     "lr_schedule": ("cosine", "constant", "wsd"),
@@ -207,7 +212,7 @@ def _check_values(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key '{key}' must be positive, got {getattr(cfg, key)}")
     for key in ("warmup_iters", "lr_decay_iters", "ckpt_interval", "hellaswag_interval", "hellaswag_examples",
                 "max_tokens", "sample_tokens", "n_layer", "n_head", "n_embd", "min_lr", "grad_clip", "peak_flops",
-                "ddp_bucket_mb", "step_timeout"):
+                "ddp_bucket_mb", "step_timeout", "max_requeues"):
         if not getattr(cfg, key) >= 0:
             raise ConfigError(f"config key '{key}' must not be negative, got {getattr(cfg, key)}")
     if 0 < cfg.ddp_bucket_mb < 1:  # torch's first DDP bucket is 1 MB; compiled DDP refuses a cap below it

@@ -1,0 +1,149 @@
+"""
+train.py under a real SLURM (tests/slurm_cluster.py starts a one-node cluster; no mock): a tiny run
+submitted with scripts/slurm/train.sbatch finishes; the requeue signal (scancel --signal=USR1, as a
+preemption sends it) saves, requeues the job and the job's second life resumes and ends bit for bit where
+an uninterrupted run ends; two ranks started by srun both receive it and save one checkpoint; a job
+requeued max_requeues times stops, named; a crashing run is never requeued. Skipped where SLURM is not
+installed (.ci/run installs it and sets REQUIRE_SLURM, which turns the skip into a failure).
+"""
+
+import os
+import time
+
+import pytest
+import torch
+
+import slurm_cluster
+from checkpoint import load_model
+from conftest import REPO, run_train, tiny_run_args
+
+LONG = dict(vocab_size=128, max_iters=1500, eval_interval=500, log_interval=50)  # ~15 s of steps
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = slurm_cluster.missing()
+    if reason:
+        if os.environ.get("REQUIRE_SLURM"):
+            pytest.fail(f"REQUIRE_SLURM is set, but {reason}")
+        pytest.skip(reason)
+    running = slurm_cluster.SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    yield running
+    running.stop()
+
+
+def submit(cluster, folder, args: list[str], *sbatch_options: str) -> tuple[str, str]:
+    """sbatch scripts/slurm/train.sbatch (on CPU: one task, no GPUs) from the repository; (job id, its log)."""
+    log = os.path.join(folder, "job-%j.out")
+    proc = cluster.run("sbatch", "--parsable", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",
+                       f"--output={log}", *sbatch_options, "scripts/slurm/train.sbatch", *args, cwd=str(REPO))
+    job = proc.stdout.strip().split(";")[0]
+    return job, log.replace("%j", job)
+
+
+def wait_for(condition, timeout: float, what: str, cluster=None, job: str = "", log: str = ""):
+    deadline = time.time() + timeout
+    while not (value := condition()):
+        if time.time() > deadline:
+            detail = open(log).read()[-3000:] if log and os.path.exists(log) else ""
+            state = cluster.job_state(job) if cluster and job else ""
+            raise AssertionError(f"timed out waiting for {what} (job {job} {state}):\n{detail}")
+        time.sleep(0.3)
+    return value
+
+
+def finished(cluster, job: str, log: str, timeout: float = 240) -> str:
+    """Wait for the job to end, starting a requeued job at once (SLURM would wait ~2 minutes); its state."""
+    def ended():
+        state = cluster.job_state(job)
+        if state == "PENDING" and cluster.job_field(job, "Reason") == "BeginTime":
+            cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now", check=False)
+        return state if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") else None
+    return wait_for(ended, timeout, "the job to end", cluster, job, log)
+
+
+def training(out: str, rows: int = 1):
+    """A condition: this life of the run has logged `rows` training rows (metrics.jsonl grows)."""
+    path = os.path.join(out, "metrics.jsonl")
+    start = os.path.getsize(path) if os.path.exists(path) else 0
+    return lambda: os.path.exists(path) and open(path).read()[start:].count('"type": "train"') >= rows
+
+
+def weights(out: str) -> dict:
+    return load_model(os.path.join(out, "ckpt.pt"))[0].state_dict()
+
+
+def test_a_run_submitted_with_the_sbatch_script_finishes(cluster, tiny_dataset, tmp_path):
+    out = str(tmp_path / "run")
+    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, vocab_size=128, max_iters=20))
+    assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
+    text = open(log).read()
+    assert f"job {job} (restart 0)" in text and "step 20: saved" in text, text[-3000:]
+    assert os.path.exists(os.path.join(out, "ckpt_0000020.pt")) and cluster.job_field(job, "Restarts") == "0"
+
+
+def test_the_requeue_signal_saves_requeues_and_the_job_resumes_bit_for_bit(cluster, tiny_dataset, tmp_path):
+    """scancel --signal=USR1 (a preemption): the run saves, requeues its own job and exits; its second life
+    resumes (--init_from=auto) and finishes where an uninterrupted run (one thread, as the job's) does."""
+    out, straight = str(tmp_path / "run"), str(tmp_path / "straight")
+    args = tiny_run_args(tiny_dataset, out, **LONG)
+    job, log = submit(cluster, tmp_path, args)
+    wait_for(training(out), 120, "training", cluster, job, log)
+    cluster.run("scancel", "--signal=USR1", job)
+    assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
+    text = open(log).read()
+    assert "stopped by SIGUSR1" in text and f"requeued SLURM job {job} (requeue 1 of at most 20)" in text, text[-3000:]
+    assert f"job {job} (restart 1)" in text and "resuming" in text, text[-3000:]
+    assert cluster.job_field(job, "Restarts") == "1"
+    run_train(tiny_run_args(tiny_dataset, straight, **LONG))
+    a, b = weights(straight), weights(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_job_requeued_max_requeues_times_stops_named(cluster, tiny_dataset, tmp_path):
+    """max_requeues=1: the first USR1 requeues, the second life's saves and stops, naming the cap."""
+    out = str(tmp_path / "run")
+    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, max_requeues=1, **LONG))
+    wait_for(training(out), 120, "training", cluster, job, log)
+    cluster.run("scancel", "--signal=USR1", job)
+
+    def second_life() -> bool:
+        if cluster.job_state(job) == "PENDING":
+            cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now", check=False)
+        return cluster.job_field(job, "Restarts") == "1" and cluster.job_state(job) == "RUNNING"
+
+    wait_for(second_life, 120, "the second life", cluster, job, log)
+    wait_for(training(out), 120, "training in the second life", cluster, job, log)
+    cluster.run("scancel", "--signal=USR1", job)
+    state = finished(cluster, job, log)
+    text = open(log).read()
+    assert "not requeueing SLURM job" in text and "requeued 1 times (max_requeues=1)" in text, text[-3000:]
+    assert state == "FAILED" and cluster.job_field(job, "Restarts") == "1"  # exit 138: stopped by the signal
+    assert text.count("stopped by SIGUSR1") == 2 and os.path.exists(os.path.join(out, "ckpt.pt"))
+
+
+def test_a_crashing_run_is_not_requeued(cluster, tiny_dataset, tmp_path):
+    """A NaN loss (a learning rate of 1e6) stops the run with its error; the job fails and stays failed."""
+    out = str(tmp_path / "run")
+    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, vocab_size=128, learning_rate=1e6,
+                                                       grad_clip=0.0, warmup_iters=0, max_iters=40))
+    assert finished(cluster, job, log) == "FAILED"
+    time.sleep(2)
+    assert cluster.job_state(job) == "FAILED" and cluster.job_field(job, "Restarts") == "0"
+    assert "training loss is" in open(log).read()
+
+
+def test_two_ranks_started_by_srun_both_stop_save_once_and_requeue_once(cluster, tiny_dataset, tmp_path):
+    """--ntasks-per-node=2: srun starts train.py twice (no torchrun), which join one gloo group from SLURM's
+    variables; scancel --signal=USR1 reaches both; one checkpoint, one requeue, and the job finishes."""
+    out = str(tmp_path / "run")
+    args = tiny_run_args(tiny_dataset, out, micro_batch_size=4, **LONG)
+    job, log = submit(cluster, tmp_path, args, "--ntasks-per-node=2")
+    wait_for(training(out), 120, "training", cluster, job, log)
+    cluster.run("scancel", "--signal=USR1", job)
+    assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
+    text = open(log).read()
+    first_life = text.split(f"job {job} (restart 1)")[0]
+    assert first_life.count("stopped by SIGUSR1") == 1 and first_life.count(": saved ") >= 1, first_life[-3000:]
+    assert text.count(f"requeued SLURM job {job}") == 1 and cluster.job_field(job, "Restarts") == "1"
+    assert '"world_size": 2' in open(os.path.join(out, "config.json")).read()
