@@ -17,6 +17,9 @@
 #                     data/stdlib), to check every flag before a cluster sees it; it goes to OUT_ROOT/dry_run/,
 #                     never the real run's folder
 #   DATA_DIR=path     token shards to read instead of data/<dataset>
+#   SLURM=1           submit the run as a SLURM job (scripts/slurm/train.sbatch: NNODES nodes of NGPU tasks and
+#                     GPUs, requeued at its time limit and on preemption) instead of starting it here;
+#                     SBATCH_ARGS="--time=48:00:00 --partition=gpu" adds sbatch options
 # Extra arguments are passed to train.py last, so they win (e.g. --seed=2, --wandb_log=True).
 # Rerunning a script whose run has a checkpoint resumes it (--init_from=resume): preemption-safe.
 
@@ -90,6 +93,14 @@ launch() {
         overrides+=(--init_from=resume)
     fi
 
+    if [[ "${SLURM:-0}" == 1 ]]; then  # (a dry run asks for no GPU: it runs on the CPU)
+        local sbatch=(sbatch "--job-name=$run_name" "--nodes=$nnodes" "--ntasks-per-node=$ngpu"
+                      "--gpus-per-node=$([[ "$dry_run" == 1 ]] && echo 0 || echo "$ngpu")")
+        local extra=()
+        read -r -a extra <<< "${SBATCH_ARGS:-}"
+        (set -x; "${sbatch[@]}" "${extra[@]}" scripts/slurm/train.sbatch "${configs[@]}" "${overrides[@]}" "$@")
+        return
+    fi
     local launcher=(python3)  # one process needs no torchrun
     if [[ "$nnodes" -gt 1 || -n "${RDZV_ENDPOINT:-}" ]]; then
         launcher=(torchrun "--nnodes=$nnodes" "--nproc_per_node=$ngpu" --rdzv_backend=c10d

@@ -8,6 +8,8 @@ installed (.ci/run installs it and sets REQUIRE_SLURM, which turns the skip into
 """
 
 import os
+import re
+import subprocess
 import time
 
 import pytest
@@ -147,3 +149,30 @@ def test_two_ranks_started_by_srun_both_stop_save_once_and_requeue_once(cluster,
     assert first_life.count("stopped by SIGUSR1") == 1 and first_life.count(": saved ") >= 1, first_life[-3000:]
     assert text.count(f"requeued SLURM job {job}") == 1 and cluster.job_field(job, "Restarts") == "1"
     assert '"world_size": 2' in open(os.path.join(out, "config.json")).read()
+
+
+def test_the_time_limit_signal_requeues_a_run_too_long_for_one_life(cluster, tiny_dataset, tmp_path):
+    """--time=1 --signal=USR1@40: SLURM itself signals the run before its minute is up (its clock checks
+    every ~30 s, so the signal comes 10-40 s early); the run saves and requeues, and a later life ends it."""
+    out = str(tmp_path / "run")
+    args = tiny_run_args(tiny_dataset, out, vocab_size=128, max_iters=5000, eval_interval=1000, log_interval=250)
+    job, log = submit(cluster, tmp_path, args, "--time=1", "--signal=USR1@40")
+    assert finished(cluster, job, log, timeout=420) == "COMPLETED", open(log).read()[-3000:]
+    text = open(log).read()
+    assert "stopped by SIGUSR1" in text and f"requeued SLURM job {job}" in text and "resuming" in text, text[-3000:]
+    assert int(cluster.job_field(job, "Restarts")) >= 1 and os.path.exists(os.path.join(out, "ckpt_0005000.pt"))
+
+
+def test_a_paper_run_script_submits_itself_with_slurm_1(cluster, tiny_dataset, tmp_path):
+    """SLURM=1 bash scripts/run_mars_small.sh: a row of the paper's table is one command that submits
+    scripts/slurm/train.sbatch; here its dry run (DRY_RUN=1: 2 steps on the CPU) runs as the job."""
+    env = {**cluster.env, "SLURM": "1", "DRY_RUN": "1", "DATA_DIR": tiny_dataset, "OUT_ROOT": str(tmp_path / "runs"),
+           "SBATCH_ARGS": f"--cpus-per-task=1 --output={tmp_path}/job-%j.out"}
+    proc = subprocess.run(["bash", "scripts/run_mars_small.sh"], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job = re.search(r"Submitted batch job (\d+)", proc.stdout)[1]
+    log = str(tmp_path / f"job-{job}.out")
+    assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
+    assert cluster.job_field(job, "JobName") == "gpt2_small_mars"
+    assert os.path.exists(tmp_path / "runs" / "dry_run" / "gpt2_small_mars" / "ckpt_0000002.pt")
