@@ -21,6 +21,13 @@ loss turns NaN/inf is recorded as diverged (diverged.txt in its folder) and not 
 folder: sweep.csv and sweep.md (each point: recipe, values, seeds, mean, std, diverged), sweep.png
 (score against each swept value, one line per recipe) and a log per run (train.log).
 
+On a SLURM cluster, --slurm submits the grid's runs as one job array instead (one task a run; sbatch
+options in its value: --slurm="--time=24:00:00 --gpus-per-task=1 --partition=gpu"), through
+scripts/slurm/sweep_task.sbatch, with the same semantics: finished runs are skipped, unfinished ones
+resumed, a diverged run recorded and not retried, and each task requeued at its time limit or on
+preemption (train.py's SIGUSR1 handling). Rerunning the command after the array has ended writes
+sweep.csv, sweep.md and sweep.png, or submits what is still unfinished.
+
 Every point's config is resolved before the first run starts, so a misspelt key or a value of the wrong
 type stops the sweep at once, with nothing written. Ctrl-C stops the running runs (each saves a
 checkpoint first; a second Ctrl-C kills them) and starts no more: rerunning the command goes on.
@@ -29,13 +36,16 @@ checkpoint first; a second Ctrl-C kills them) and starts no more: rerunning the 
 import argparse
 import csv
 import itertools
+import json
 import math
 import os
+import shlex
 import signal
 import statistics
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -45,6 +55,7 @@ from runtime import InputError, at_least, exit_on_input_error
 from scripts.report import Run, load_run
 
 DIVERGED = "diverged.txt"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SET_PER_RUN = ("seed", "out_dir", "init_from")  # what the sweep sets for each run: no other argument may
 
 
@@ -209,6 +220,43 @@ def run_seed(root: str, point: Point, seed: int, base: list[str], recipes: dict[
             raise InputError(f"run {out_dir} failed (exit {returncode}); see {out_dir}/train.log:\n{tail}")
 
 
+def submit_array(root: str, tasks: list[tuple[Point, int]], base: list[str], recipes: dict[str, list[str]],
+                 sbatch_options: str) -> str:
+    """The unfinished runs as one SLURM job array (scripts/slurm/sweep_task.sbatch runs task i of the list
+    written to <root>/slurm/); what was submitted, for the console."""
+    folder = os.path.join(root, "slurm")
+    os.makedirs(folder, exist_ok=True)
+    listing = os.path.join(folder, f"tasks_{time.strftime('%Y%m%d-%H%M%S')}.json")
+    with open(listing, "w") as f:
+        json.dump(dict(root=root, base=base, recipes=recipes,
+                       tasks=[(point.recipe, point.values, seed) for point, seed in tasks]), f, indent=1)
+    command = ["sbatch", "--parsable", f"--array=0-{len(tasks) - 1}", "--job-name=sweep",
+               f"--output={os.path.join(folder, '%A_%a.out')}", *shlex.split(sbatch_options),
+               "scripts/slurm/sweep_task.sbatch", os.path.abspath(listing)]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    except FileNotFoundError:
+        raise InputError("--slurm submits with SLURM's sbatch, which is not on this machine's PATH; run the "
+                         "sweep on a cluster's login node, or without --slurm") from None
+    if proc.returncode != 0:
+        raise InputError(f"sbatch refused the sweep's job array ({proc.stderr.strip()}); fix the --slurm options")
+    job = proc.stdout.strip().split(";")[0]
+    return (f"submitted job array {job}: {len(tasks)} run(s) of {root} (logs: {folder}/{job}_<task>.out). Rerun "
+            "this command when it has ended: it writes sweep.csv, sweep.md and sweep.png, or submits what is "
+            "unfinished.")
+
+
+def run_slurm_task(listing: str) -> None:
+    """One task of a sweep's job array (SLURM_ARRAY_TASK_ID): its run, as a local sweep runs it."""
+    with open(listing) as f:
+        sweep = json.load(f)
+    recipe, values, seed = sweep["tasks"][int(os.environ["SLURM_ARRAY_TASK_ID"])]
+    # SIGUSR1 reaches this process too (every process of the job step): train.py acts on it, this one waits
+    signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    point = Point(recipe, tuple(tuple(value) for value in values))
+    run_seed(sweep["root"], point, seed, sweep["base"], sweep["recipes"], None, Launcher())
+
+
 def finished_run(out_dir: str) -> Run | None:
     """The run in out_dir if it trained to its end, else None."""
     run = load_run(out_dir) if os.path.exists(os.path.join(out_dir, "metrics.jsonl")) else None
@@ -363,6 +411,13 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--seeds", type=seed_list, default="1", help="comma-separated seeds per point")
     parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at a time on CPU, one thread each")
     parser.add_argument("--gpus", default="", help="comma-separated GPU ids: one run per GPU at a time")
+    parser.add_argument("--slurm", nargs="?", const="", metavar="SBATCH_OPTIONS",
+                        help="submit the grid's unfinished runs as a SLURM job array (sbatch options in the value)")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--slurm-task"]:  # a task of that array: scripts/slurm/sweep_task.sbatch runs it
+        with exit_on_input_error():
+            run_slurm_task(argv[1])
+        return ""
     args, overrides = parser.parse_known_args(argv)
     signal.signal(signal.SIGTERM, raise_interrupted)
     try:
@@ -398,9 +453,21 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
     axes = parse_values(args.coordinate or args.grid, option)
     if args.coordinate and any(":" in key for key in axes):
         raise InputError("--coordinate takes plain keys (RECIPE:key is for --grid); each recipe searches them all")
+    if args.slurm is not None and args.coordinate:
+        raise InputError("--slurm submits a --grid sweep (its runs are known in advance); a coordinate search "
+                         "picks each round's runs from the last round's results: run it without --slurm")
     # the coordinate search can reach any combination of its values, as the grid runs them all
     check_points(args.folder, grid_points(list(recipes), axes), args.seeds[0], base, recipes, option)
     os.makedirs(args.folder, exist_ok=True)
+    if args.slurm is not None:
+        points = grid_points(list(recipes), axes)
+        unfinished = [(point, seed) for point in points for seed in args.seeds
+                      if not os.path.exists(os.path.join(point.seed_folder(args.folder, seed), DIVERGED))
+                      and not finished_run(point.seed_folder(args.folder, seed))]
+        if unfinished:
+            return submit_array(args.folder, unfinished, base, recipes, args.slurm)
+        return write_outputs(args.folder, {point: score(args.folder, point, args.seeds) for point in points},
+                             args.seeds)
     launcher = Launcher()
 
     def run(points: list[Point]) -> dict[Point, Score]:

@@ -9,7 +9,9 @@ installed (.ci/run installs it and sets REQUIRE_SLURM, which turns the skip into
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -176,3 +178,39 @@ def test_a_paper_run_script_submits_itself_with_slurm_1(cluster, tiny_dataset, t
     assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
     assert cluster.job_field(job, "JobName") == "gpt2_small_mars"
     assert os.path.exists(tmp_path / "runs" / "dry_run" / "gpt2_small_mars" / "ckpt_0000002.pt")
+
+
+def sweep_on(cluster, folder: str, base: list[str], *options: str) -> str:
+    """python -m scripts.sweep FOLDER BASE --grid learning_rate=1e-3,3e-3 --seeds 1,2 OPTIONS; its output."""
+    proc = subprocess.run([sys.executable, "-m", "scripts.sweep", folder, *base, "--grid", "learning_rate=1e-3,3e-3",
+                           "--seeds", "1,2", *options], env=cluster.env, cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def array_ended(cluster, output: str, runs: int) -> None:
+    """The job array the sweep says it submitted, with `runs` tasks, waited for to its end."""
+    match = re.search(r"submitted job array (\d+): (\d+) run", output)
+    assert match and int(match[2]) == runs, output
+    wait_for(lambda: cluster.run("squeue", "-h", "-j", match[1], check=False).stdout.strip() == "", 300,
+             f"job array {match[1]}")
+
+
+def test_a_sweep_runs_as_a_job_array_and_a_rerun_submits_only_what_is_missing(cluster, tiny_dataset, tmp_path):
+    """2 learning rates x 2 seeds as one job array: 4 runs, whose table equals the same sweep run locally;
+    a run's folder deleted, the rerun submits that run alone; then the rerun writes the table."""
+    base = [a for a in tiny_run_args(tiny_dataset, "unused", vocab_size=128, max_iters=6, eval_interval=3)
+            if not a.startswith(("--out_dir=", "--seed="))]
+    local, remote = str(tmp_path / "local"), str(tmp_path / "remote")
+    table = sweep_on(cluster, local, base, "--jobs", "2")
+    array_ended(cluster, sweep_on(cluster, remote, base, "--slurm=--cpus-per-task=1"), runs=4)
+
+    def rows(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("| ")]
+
+    assert rows(sweep_on(cluster, remote, base, "--slurm")) == rows(table)
+    shutil.rmtree(os.path.join(remote, "run", "learning_rate=3e-3", "seed2"))
+    array_ended(cluster, sweep_on(cluster, remote, base, "--slurm=--cpus-per-task=1"), runs=1)
+    assert rows(sweep_on(cluster, remote, base, "--slurm")) == rows(table)
+    assert len(os.listdir(os.path.join(remote, "slurm"))) == 2 + 5  # two task lists, five task logs
