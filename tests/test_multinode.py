@@ -1,0 +1,47 @@
+"""
+The multi-node path for real: two torchrun agents on this machine act as two nodes (--nnodes=2, one rank
+each, a c10d rendezvous on 127.0.0.1, no --standalone), train under DDP and under FSDP and checkpoint;
+then one node of two ranks resumes the run, which ends bit for bit where a one-node run of two ranks ends.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from checkpoint import load_model
+from conftest import REPO, free_port, run_train, tiny_run_args
+
+COMMON = dict(vocab_size=128, micro_batch_size=4, lr_decay_iters=8, eval_interval=4, optimizer="mars")
+
+
+def two_nodes(args: list[str]) -> None:
+    """train.py under two torchrun agents of one rank each, meeting at a c10d rendezvous."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         f"--rdzv_endpoint={endpoint}", "--rdzv_id=multinode-test", str(REPO / "train.py"), *args],
+        cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)]
+    outputs = [agent.communicate(timeout=300)[0] for agent in agents]
+    for agent, output in zip(agents, outputs):
+        assert agent.returncode == 0, output[-3000:]
+    assert sum("saved" in output for output in outputs) >= 1  # (rank 0's agent prints the run's log)
+
+
+def final_weights(out: str, step: int) -> dict:
+    path = os.path.join(out, f"ckpt_{step:07d}")
+    return load_model(path if os.path.isdir(path) else path + ".pt")[0].state_dict()
+
+
+@pytest.mark.parametrize("data_parallel", ["ddp", "fsdp"])
+def test_two_nodes_train_checkpoint_and_one_node_resumes(tiny_dataset, tmp_path, data_parallel):
+    nodes, straight = str(tmp_path / "nodes"), str(tmp_path / "straight")
+    two_nodes(tiny_run_args(tiny_dataset, nodes, max_iters=4, data_parallel=data_parallel, **COMMON))
+    run_train(tiny_run_args(tiny_dataset, nodes, max_iters=8, data_parallel=data_parallel, init_from="resume",
+                            **COMMON), nproc=2)
+    run_train(tiny_run_args(tiny_dataset, straight, max_iters=8, data_parallel=data_parallel, **COMMON), nproc=2)
+    a, b = final_weights(straight, 8), final_weights(nodes, 8)
+    assert all(torch.equal(a[k], b[k]) for k in a)
