@@ -6,7 +6,7 @@ checkpointing.
     python -m bench.memory config/gpt2_xl_mars.py --is_approx=False --data_parallel=fsdp \
         --activation_checkpointing=True --world_size 8
     python -m bench.memory config/gpt2_small_adamw.py --world_size 8     # DDP
-    python -m bench.memory --readme                                       # README.md's two tables
+    python -m bench.memory --readme                                       # docs/memory.md's two tables
 
 The config and its --key=value overrides are train.py's; --world_size is the GPU count. The model is of a
 CUDA run (dtype auto: bf16 autocast) unless the config says --device=cpu (fp32, or CPU bf16 autocast, as
@@ -514,7 +514,7 @@ def print_run(run: Run) -> None:
     print(f"total per GPU: {total(items) / GB:.2f} GB")
 
 
-# The README's tables: model sizes and optimizers (bench.gpu's variants: a paper config and its overrides)
+# docs/memory.md's tables (once README.md's, hence --readme): model sizes and optimizers (bench.gpu's variants: a paper config and its overrides)
 SIZES = ("small", "medium", "large", "xl")
 README_OPTIMIZERS = ("adamw", "mars-approx", "mars-exact", "muon")
 LAYOUTS = (("--data_parallel=ddp",), ("--data_parallel=fsdp",),
@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("--world_size", type=int, default=1, help="GPUs the run is spread over")
-    parser.add_argument("--readme", action="store_true", help="print README.md's tables")
+    parser.add_argument("--readme", action="store_true", help="print docs/memory.md's tables")
     args, config_args = parser.parse_known_args(argv)
     bench.print_header()
     if args.readme:

@@ -6,7 +6,7 @@ bench/memory.py's model of memory per GPU against what is really held, on CPU:
   - the peak of the tensors a forward-backward pass makes (activations and logits), fp32 and bf16 autocast,
     with and without activation checkpointing;
   - the command's last line for the issue's target (GPT-2 XL, MARS-exact, FSDP over 8 with activation
-    checkpointing: at most 24 GB), and README.md's tables as the command prints them.
+    checkpointing: at most 24 GB), and docs/memory.md's tables as the command prints them.
 The file is also the torchrun script: its __main__ measures every variant and rank 0 saves them.
 """
 
@@ -228,10 +228,10 @@ def test_the_xl_target_and_the_last_line(capsys):
 
 @pytest.mark.quick
 def test_readme_tables_are_the_commands(capsys):
-    """Every row `python -m bench.memory --readme` prints stands in README.md, as printed."""
+    """Every row `python -m bench.memory --readme` prints stands in docs/memory.md, as printed."""
     print_readme_tables()
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and " GB |" in line]
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "memory.md").read_text()
     assert len(rows) == 16 + 12 and [row for row in rows if row not in readme] == []
 
 

@@ -1,0 +1,128 @@
+"""
+The README and docs/ kept honest: every relative link and image resolves; every `python -m MODULE`, script
+and config file they name exists; every `--key=value` they show is a key its command accepts (train.py's
+and the run scripts': load_config's keys; another module's: its --help); the README is a front page of
+at most 250 lines. The checks are functions, so the last test shows each failing on a broken page.
+"""
+
+import functools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from optim import HYPERPARAMETERS
+from config import TrainConfig
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+MODULE = re.compile(r"python3? -m ([a-zA-Z_][\w.]*)")
+PATH = re.compile(r"\b((?:scripts|config|bench|eval|data|tests|docs)/[\w./-]+\.(?:py|sh|sbatch|md|png|json))\b")
+KEY = re.compile(r"(?<![\w-])--([a-z][a-z0-9_]*)=")
+# train.py's keys: the loop's and every optimizer's
+TRAIN_KEYS = {name for name in TrainConfig.__dataclass_fields__} | {
+    name for schema in HYPERPARAMETERS.values() for name in schema.__dataclass_fields__}
+# modules that are not Python modules of ours, but tools the docs run
+TOOLS = {"pytest", "torch.distributed.run", "pip", "lm_eval"}
+
+
+def broken_links(page: Path) -> list[str]:
+    out = []
+    for target in LINK.findall(page.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            out.append(f"{page.name}: {target} does not exist")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            out.append(f"{page.name}: {target}: no heading #{anchor} in {file.name}")
+    return out
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def missing_names(page: Path) -> list[str]:
+    """Modules, scripts and config files the page names that are not in the repository."""
+    text, out = page.read_text(), []
+    for module in set(MODULE.findall(text)) - TOOLS:
+        if not any((REPO / (module.replace(".", "/") + suffix)).exists() for suffix in (".py", "/__init__.py")):
+            out.append(f"{page.name}: python -m {module}: no such module")
+    for path in set(PATH.findall(text)):
+        if not (REPO / path).exists() and "<" not in path and "*" not in path:
+            out.append(f"{page.name}: {path} does not exist")
+    return out
+
+
+@functools.cache
+def flags_of(module: str) -> set[str]:
+    """The --flags a module's --help lists (its own command line, not train.py's)."""
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    return set(re.findall(r"--([a-z][a-z0-9_-]*)", proc.stdout))
+
+
+def unknown_keys(page: Path) -> list[str]:
+    """--key=value settings on a line that train.py would refuse, or that the module the line runs does
+    not list; a line's command is the nearest `python -m MODULE` on it or the lines above in its block."""
+    out, command = [], None
+    for line in page.read_text().splitlines():
+        if line.startswith("```") or not line.strip():
+            command = None
+        modules = [m for m in MODULE.findall(line) if m not in TOOLS]
+        if "train.py" in line or "train.sbatch" in line or ".sh" in line:
+            command = None
+        if modules:
+            command = modules[-1]
+        for key in KEY.findall(line):
+            if key == "key" or f"unknown config key '{key}'" in line:  # a placeholder; an error's own example
+                continue
+            if command and command not in ("train",):
+                if key not in flags_of(command) and key not in TRAIN_KEYS:
+                    out.append(f"{page.name}: --{key}= is not an option of python -m {command}")
+            elif key not in TRAIN_KEYS and key not in {"nproc_per_node", "nnodes", "rdzv_backend", "rdzv_endpoint",
+                                                      "rdzv_id", "time", "signal", "nodes", "partition",
+                                                      "gpus-per-task", "slurm", "ntasks-per-node"}:
+                out.append(f"{page.name}: --{key}= is not a train.py setting")
+    return out
+
+
+@pytest.mark.quick
+def test_the_readme_is_a_front_page():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, len(lines)
+    first_screen = "\n".join(lines[:60])
+    assert "scripts/quickstart.sh" in first_screen and "torchrun" in "\n".join(lines[:80])
+    assert "speedup over AdamW" in "\n".join(lines[:100])
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_links_names_and_keys_resolve(page):
+    problems = broken_links(page) + missing_names(page) + unknown_keys(page)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_docs_page_is_listed_in_the_readme():
+    readme = (REPO / "README.md").read_text()
+    assert [p.name for p in PAGES[1:] if f"(docs/{p.name})" not in readme] == []
+
+
+def test_the_checks_fail_on_a_broken_page(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("See [a page](nowhere.md) and ![a figure](missing.png).\n\n"
+                    "```bash\npython train.py config/gpt2_small_mars.py --learning_rat=1e-3\n"
+                    "python -m scripts.nonexistent --x=1\npython -m bench.memory config/nothing_here.py --world_sise=8\n```\n")
+    problems = broken_links(page) + missing_names(page) + unknown_keys(page)
+    assert any("nowhere.md" in p for p in problems) and any("missing.png" in p for p in problems)
+    assert any("--learning_rat=" in p for p in problems)
+    assert any("scripts.nonexistent" in p for p in problems)
+    assert any("config/nothing_here.py" in p for p in problems)
+    assert any("--world_sise=" in p and "bench.memory" in p for p in problems)
