@@ -214,3 +214,18 @@ def test_a_sweep_runs_as_a_job_array_and_a_rerun_submits_only_what_is_missing(cl
     array_ended(cluster, sweep_on(cluster, remote, base, "--slurm=--cpus-per-task=1"), runs=1)
     assert rows(sweep_on(cluster, remote, base, "--slurm")) == rows(table)
     assert len(os.listdir(os.path.join(remote, "slurm"))) == 2 + 5  # two task lists, five task logs
+
+
+def test_a_plain_scancel_saves_and_stops_without_requeueing(cluster, tiny_dataset, tmp_path):
+    """scancel (SIGTERM to every rank, SIGKILL KillWait seconds later): the run saves its step and stops;
+    the job ends cancelled, never requeued, and the checkpoint resumes."""
+    out = str(tmp_path / "run")
+    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, **LONG))
+    wait_for(training(out), 120, "training", cluster, job, log)
+    cluster.run("scancel", job)
+    assert finished(cluster, job, log) == "CANCELLED"
+    wait_for(lambda: "stopped by SIGTERM" in open(log).read(), 60, "the stop", cluster, job, log)
+    text = open(log).read()
+    assert "requeued" not in text and cluster.job_field(job, "Restarts") == "0", text[-3000:]
+    step = int(re.findall(r"stopped by SIGTERM at step (\d+)", text)[-1])
+    assert os.path.exists(os.path.join(out, f"ckpt_{step:07d}.pt"))
