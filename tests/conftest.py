@@ -96,10 +96,11 @@ def run_train(args: list[str], nproc: int = 0, check: bool = True, timeout: int 
     return proc
 
 
-def torchrun_file(path: str, out: Path | str, nproc: int = 2, **run_kwargs) -> subprocess.CompletedProcess:
-    """Run a test file as a torchrun script on gloo (one thread per rank), its output path its argument."""
+def torchrun_file(path: str, *args: Path | str, nproc: int = 2, **run_kwargs) -> subprocess.CompletedProcess:
+    """Run a test file as a torchrun script on gloo (one thread per rank) with these arguments (its output path)."""
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", path, str(out)],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", path,
+         *map(str, args)],
         env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, cwd=REPO, **{"timeout": 300, **run_kwargs},
     )
 
@@ -107,7 +108,7 @@ def torchrun_file(path: str, out: Path | str, nproc: int = 2, **run_kwargs) -> s
 def run_file_under_torchrun(path: str, out: Path, nproc: int = 2) -> dict:
     """Run a test file as a torchrun script (its __main__ calls save_results_of_ranks) on gloo,
     and return what rank 0 saved to `out`."""
-    torchrun_file(path, out, nproc, check=True)
+    torchrun_file(path, out, nproc=nproc, check=True)
     return torch.load(out, weights_only=True)
 
 
