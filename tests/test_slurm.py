@@ -229,3 +229,25 @@ def test_a_plain_scancel_saves_and_stops_without_requeueing(cluster, tiny_datase
     assert "requeued" not in text and cluster.job_field(job, "Restarts") == "0", text[-3000:]
     step = int(re.findall(r"stopped by SIGTERM at step (\d+)", text)[-1])
     assert os.path.exists(os.path.join(out, f"ckpt_{step:07d}.pt"))
+
+
+def test_the_ranks_come_from_slurms_variables_when_torchruns_are_absent(cluster, monkeypatch):
+    """srun's task 9 of 16 on node[3-4]: rank 9, the rendezvous at node3 on the job's port; the GPU is the
+    task's place on its node, or 0 when SLURM shows the task one GPU alone."""
+    from runtime import adopt_slurm_ranks
+
+    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)  # (absent now, and absent again after the test)
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "16")
+    monkeypatch.setenv("SLURM_PROCID", "9")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_STEP_NODELIST", "node[3-4]")
+    monkeypatch.setenv("SLURM_JOB_ID", "12345")
+    for visible, local_rank in (("0,1,2,3,4,5,6,7", "1"), ("5", "0")):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        monkeypatch.delenv("RANK", raising=False)  # (set by the previous round)
+        adopt_slurm_ranks()
+        assert [os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")] == [
+            "9", "16", local_rank, "node3", "32345"]
