@@ -85,7 +85,8 @@ def adopt_slurm_ranks() -> None:
                                 capture_output=True, text=True, check=True).stdout.split()[0]
     # LOCAL_RANK picks the GPU: the task's place on its node, or 0 when SLURM shows each task its own GPU alone
     # (--gpus-per-task=1 or --gpu-bind: CUDA_VISIBLE_DEVICES is then that one)
-    one_gpu = len(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")) == 1 and os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    one_gpu = visible != "" and "," not in visible
     os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_STEP_NUM_TASKS"],
                       LOCAL_RANK="0" if one_gpu else os.environ["SLURM_LOCALID"])
     os.environ.setdefault("MASTER_ADDR", first_node)

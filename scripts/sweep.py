@@ -198,7 +198,7 @@ def run_seed(root: str, point: Point, seed: int, base: list[str], recipes: dict[
              device: str | None, launcher: Launcher) -> None:
     """Train one seed of a point unless it is finished or diverged; resume it if it has a checkpoint."""
     out_dir = point.seed_folder(root, seed)
-    if launcher.stopping or os.path.exists(os.path.join(out_dir, DIVERGED)) or finished_run(out_dir):
+    if launcher.stopping or settled(out_dir):
         return
     args = train_args(root, point, seed, base, recipes) + [
         f"--init_from={'resume' if has_checkpoint(out_dir) else 'scratch'}"]
@@ -255,6 +255,11 @@ def run_slurm_task(listing: str) -> None:
     signal.signal(signal.SIGUSR1, lambda signum, frame: None)
     point = Point(recipe, tuple(tuple(value) for value in values))
     run_seed(sweep["root"], point, seed, sweep["base"], sweep["recipes"], None, Launcher())
+
+
+def settled(out_dir: str) -> bool:
+    """Whether a run needs no more training: it finished, or it diverged (recorded, never retried)."""
+    return os.path.exists(os.path.join(out_dir, DIVERGED)) or finished_run(out_dir) is not None
 
 
 def finished_run(out_dir: str) -> Run | None:
@@ -462,8 +467,7 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
     if args.slurm is not None:
         points = grid_points(list(recipes), axes)
         unfinished = [(point, seed) for point in points for seed in args.seeds
-                      if not os.path.exists(os.path.join(point.seed_folder(args.folder, seed), DIVERGED))
-                      and not finished_run(point.seed_folder(args.folder, seed))]
+                      if not settled(point.seed_folder(args.folder, seed))]
         if unfinished:
             return submit_array(args.folder, unfinished, base, recipes, args.slurm)
         return write_outputs(args.folder, {point: score(args.folder, point, args.seeds) for point in points},
@@ -488,7 +492,7 @@ def progress(root: str) -> str:
     for folder, _, files in os.walk(root):  # (no folder yet: nothing ran)
         if "train.log" not in files:
             continue
-        if finished_run(folder) or DIVERGED in files:
+        if settled(folder):
             finished += 1
         elif has_checkpoint(folder):
             resumable += 1

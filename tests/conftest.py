@@ -144,6 +144,19 @@ def scenario_result(results: dict[str, dict], name: str):
     return results[name]["result"]
 
 
+def step_weights(out_dir: str, step: int) -> dict:
+    """The model weights of a run's checkpoint at `step`: a single file (ckpt_<step>.pt) or a sharded folder."""
+    from checkpoint import load_model
+
+    path = os.path.join(out_dir, f"ckpt_{step:07d}")
+    return load_model(path if os.path.isdir(path) else path + ".pt")[0].state_dict()
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    """The largest relative norm of a tensor's difference, b the reference."""
+    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))

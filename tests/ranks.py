@@ -84,7 +84,6 @@ def run_plan(plan: list[Scenario], out: str, rt: Runtime) -> None:
         if rt.is_main:
             torch.save({"result": result, "errors": {rank: e for rank, e in enumerate(errors) if e}},
                        result_file(out, scenario.name))
-        if rt.is_main:
             print(f"scenario {scenario.name}: {'failed' if any(errors) else 'done'} in {time.time() - start:.2f} s",
                   flush=True)
 

@@ -7,10 +7,11 @@ find it through SLURM_CONF (SlurmCluster.env).
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from conftest import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
 
@@ -23,12 +24,6 @@ def missing() -> str | None:
     if os.geteuid() != 0:
         return "the test cluster's daemons run as root"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 class SlurmCluster:
@@ -118,15 +113,14 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSu
             raise AssertionError(f"{' '.join(command)} failed ({proc.returncode}): {proc.stderr}")
         return proc
 
-    def job_state(self, job: str) -> str:
-        """A job's state (PENDING, RUNNING, COMPLETED, FAILED, ...), from slurmctld (MinJobAge keeps it an hour)."""
-        out = self.run("scontrol", "show", "job", job, check=False).stdout
-        fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
-        return fields.get("JobState", "UNKNOWN")
-
     def job_field(self, job: str, key: str) -> str:
+        """A field of a job's record in slurmctld (MinJobAge keeps it an hour); "" when it has none."""
         out = self.run("scontrol", "show", "job", job, check=False).stdout
         return dict(item.split("=", 1) for item in out.split() if "=" in item).get(key, "")
+
+    def job_state(self, job: str) -> str:
+        """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ... (UNKNOWN before slurmctld knows the job)."""
+        return self.job_field(job, "JobState") or "UNKNOWN"
 
     def stop(self) -> None:
         for proc in reversed(self.processes):

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import train
-from conftest import REPO, free_port, without_key_bias
+from conftest import REPO, free_port, relative_difference, without_key_bias
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config, mini_recipes
 from optim.contract import EvaluationWeights, evaluation_weights
@@ -110,10 +110,6 @@ def ranks_results(tiny_dataset, tmp_path_factory) -> dict:
                        timeout=600)
         results[nproc] = torch.load(out, weights_only=True)
     return results
-
-
-def relative_difference(a: dict, b: dict) -> float:
-    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
 
 
 def test_every_optimizer_sharded_ends_where_one_process_ends(tiny_dataset, ranks_results):

@@ -11,8 +11,7 @@ import sys
 import pytest
 import torch
 
-from checkpoint import load_model
-from conftest import REPO, free_port, run_train, tiny_run_args
+from conftest import REPO, free_port, run_train, step_weights, tiny_run_args
 
 COMMON = dict(vocab_size=128, micro_batch_size=4, lr_decay_iters=8, eval_interval=4, optimizer="mars")
 
@@ -31,11 +30,6 @@ def two_nodes(args: list[str]) -> None:
     assert sum("saved" in output for output in outputs) >= 1  # (rank 0's agent prints the run's log)
 
 
-def final_weights(out: str, step: int) -> dict:
-    path = os.path.join(out, f"ckpt_{step:07d}")
-    return load_model(path if os.path.isdir(path) else path + ".pt")[0].state_dict()
-
-
 @pytest.mark.parametrize("data_parallel", ["ddp", "fsdp"])
 def test_two_nodes_train_checkpoint_and_one_node_resumes(tiny_dataset, tmp_path, data_parallel):
     nodes, straight = str(tmp_path / "nodes"), str(tmp_path / "straight")
@@ -43,5 +37,5 @@ def test_two_nodes_train_checkpoint_and_one_node_resumes(tiny_dataset, tmp_path,
     run_train(tiny_run_args(tiny_dataset, nodes, max_iters=8, data_parallel=data_parallel, init_from="resume",
                             **COMMON), nproc=2)
     run_train(tiny_run_args(tiny_dataset, straight, max_iters=8, data_parallel=data_parallel, **COMMON), nproc=2)
-    a, b = final_weights(straight, 8), final_weights(nodes, 8)
+    a, b = step_weights(straight, 8), step_weights(nodes, 8)
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -23,8 +23,9 @@ import shutil
 import pytest
 import torch
 
-from checkpoint import load_model
-from conftest import flip_middle_byte, run_scenarios, scenario_result, without_key_bias
+from conftest import (
+    flip_middle_byte, relative_difference, run_scenarios, scenario_result, step_weights, without_key_bias,
+)
 from optim import OPTIMIZERS, load_config
 
 STEPS, SOURCE_STEP = 4, 2
@@ -214,12 +215,7 @@ def matrix(tiny_dataset, tmp_path_factory) -> tuple[str, dict]:
 
 
 def final_weights(run: str) -> dict:
-    path = os.path.join(run, f"ckpt_{STEPS:07d}")
-    return load_model(path if os.path.isdir(path) else path + ".pt")[0].state_dict()
-
-
-def relative_difference(a: dict, b: dict) -> float:
-    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
+    return step_weights(run, STEPS)
 
 
 @pytest.mark.parametrize("transition", TRANSITIONS)
