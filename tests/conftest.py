@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
 os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # (no network here: fail at once, not after retries)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # a thread per process the tests start (two cores, and ranks share them)
 # One inductor and FX-graph cache for the whole test run, inherited by every process a test starts: a kernel
 # compiled by one test (or train.py run) is loaded by the next. A folder of the run's own, so that a run's
 # time says what a fresh machine pays (torch's default, /tmp/torchinductor_<user>, outlives runs).
@@ -27,6 +31,49 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", RUN_COMPILE_CACHE or "")
 os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
 
 from data.shards import write_shard  # noqa: E402  (after the offline settings)
+
+
+def start_preloaded_python() -> tuple[str, subprocess.Popen]:
+    """tests/preload.py's server for this test run, started now (it imports while pytest collects), and the
+    folder of its clients: python3 (whose commands are forked from the server) and torchrun (whose ranks are)."""
+    folder = tempfile.mkdtemp(prefix="test-preload-")
+    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "preload.py"), "serve", f"{folder}/socket"],
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}, stdin=subprocess.DEVNULL,
+                              stdout=open(f"{folder}/server.log", "w"), stderr=subprocess.STDOUT)
+    (Path(folder) / "python3").write_text(textwrap.dedent(f"""\
+        #!{sys.executable} -S
+        import sys
+        sys.path.insert(0, {str(REPO / "tests")!r})
+        from preload import client
+        client({folder + "/socket"!r}, {sys.executable!r})
+        """))
+    (Path(folder) / "torchrun").write_text(textwrap.dedent(f"""\
+        #!/usr/bin/env bash
+        # torchrun OPTIONS SCRIPT ARGS, the ranks run by the preloaded python3 (every option is --name=value or a flag)
+        options=(); while [[ "$1" == -* ]]; do options+=("$1"); shift; done
+        exec {folder}/python3 -m torch.distributed.run "${{options[@]}}" --no-python {folder}/python3 "$@"
+        """))
+    for client in ("python3", "torchrun"):
+        os.chmod(Path(folder) / client, 0o755)
+    return folder, server
+
+
+# PYTHON is python3 for the commands the tests run: forked from one preloaded server (tests/preload.py) where
+# that is the same as a fresh interpreter, else the real one. PRELOADED_BIN first on PATH does the same for
+# the python3 and torchrun that scripts/*.sh call. Set when pytest starts (a rank of tests/ranks.py, which
+# imports test modules and so this one, starts no server of its own).
+PRELOADED_BIN, PRELOAD_SERVER, PYTHON = "", None, sys.executable
+
+
+def pytest_configure(config) -> None:
+    global PRELOADED_BIN, PRELOAD_SERVER, PYTHON
+    PRELOADED_BIN, PRELOAD_SERVER = start_preloaded_python()
+    PYTHON = f"{PRELOADED_BIN}/python3"
+
+
+def torchrun(nproc: int) -> list[str]:
+    """The command line before a script that torchrun runs on nproc local ranks (each rank preloaded)."""
+    return [PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--no-python", PYTHON]
 
 # A model small enough that a train.py run takes seconds on CPU.
 TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--bias=True"]
@@ -51,6 +98,9 @@ def write_tiny_dataset(folder: str) -> str:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
+    if PRELOAD_SERVER:
+        PRELOAD_SERVER.kill()
+        shutil.rmtree(PRELOADED_BIN, ignore_errors=True)
     if RUN_COMPILE_CACHE:
         shutil.rmtree(RUN_COMPILE_CACHE, ignore_errors=True)
 
@@ -85,11 +135,8 @@ def without_key_bias(weights: dict) -> dict:
 def run_train(args: list[str], nproc: int = 0, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run train.py (under torchrun with nproc processes when nproc > 0) and return the finished process."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    if nproc:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    else:
-        command = [sys.executable]
-    proc = subprocess.run(command + [str(REPO / "train.py")] + args, capture_output=True, text=True,
+    proc = subprocess.run((torchrun(nproc) if nproc else [PYTHON]) + [str(REPO / "train.py")] + args,
+                          capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=REPO)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -99,17 +146,9 @@ def run_train(args: list[str], nproc: int = 0, check: bool = True, timeout: int 
 def torchrun_file(path: str, *args: Path | str, nproc: int = 2, **run_kwargs) -> subprocess.CompletedProcess:
     """Run a test file as a torchrun script on gloo (one thread per rank) with these arguments (its output path)."""
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", path,
-         *map(str, args)],
+        [*torchrun(nproc), path, *map(str, args)],
         env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, cwd=REPO, **{"timeout": 300, **run_kwargs},
     )
-
-
-def run_file_under_torchrun(path: str, out: Path, nproc: int = 2) -> dict:
-    """Run a test file as a torchrun script (its __main__ calls save_results_of_ranks) on gloo,
-    and return what rank 0 saved to `out`."""
-    torchrun_file(path, out, nproc=nproc, check=True)
-    return torch.load(out, weights_only=True)
 
 
 def run_scenarios(plan: list, folder: Path | str, nproc: int = 0, timeout: int = 900) -> dict[str, dict]:
@@ -121,8 +160,7 @@ def run_scenarios(plan: list, folder: Path | str, nproc: int = 0, timeout: int =
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "plan.json").write_text(json.dumps([Scenario(*s)._asdict() for s in plan]))
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
-        if nproc else [sys.executable]
+    launcher = torchrun(nproc) if nproc else [PYTHON]
     with open(folder / "launch.log", "w") as log:
         proc = subprocess.run(launcher + [str(REPO / "tests" / "ranks.py"), str(folder / "plan.json"), str(folder)],
                               stdout=log, stderr=subprocess.STDOUT, timeout=timeout, cwd=REPO,
@@ -132,6 +170,23 @@ def run_scenarios(plan: list, folder: Path | str, nproc: int = 0, timeout: int =
                              f"{(folder / 'launch.log').read_text()[-5000:]}")
     files = {s[0]: result_file(str(folder), s[0]) for s in plan}
     return {name: torch.load(file, weights_only=False) for name, file in files.items() if os.path.exists(file)}
+
+
+@pytest.fixture(scope="session")
+def two_ranks_folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("two_ranks")
+
+
+@pytest.fixture(scope="session")
+def two_ranks(request, tiny_dataset, two_ranks_folder) -> dict[str, dict]:
+    """The results of the 2-rank scenarios of every test module this session runs (a module's
+    two_rank_scenarios(tiny_dataset, two_ranks_folder) -> [Scenario tuple]), all in one torchrun launch;
+    read one with scenario_result."""
+    folder = two_ranks_folder
+    modules = sorted({item.module for item in request.session.items}, key=lambda module: module.__name__)
+    plan = [scenario for module in modules if hasattr(module, "two_rank_scenarios")
+            for scenario in module.two_rank_scenarios(tiny_dataset, folder)]
+    return run_scenarios(plan, folder, nproc=2)
 
 
 def scenario_result(results: dict[str, dict], name: str):
@@ -172,20 +227,15 @@ def flip_middle_byte(path: str) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
-def save_results_of_ranks(run) -> None:
-    """The __main__ of a file run by run_file_under_torchrun: run() -> (params, Newton-Schulz call count)
-    on every rank; rank 0 saves its params and every rank's count to sys.argv[1]."""
+def results_of_ranks(run) -> dict:
+    """In a scenario of tests/ranks.py: run() -> (params, Newton-Schulz call count) on every rank; this rank's
+    params and every rank's count."""
     import torch.distributed as dist
 
-    from runtime import close_runtime, join_process_group
-
-    join_process_group("gloo")
     params, calls = run()
     all_calls = [None] * dist.get_world_size()
     dist.all_gather_object(all_calls, calls)
-    if dist.get_rank() == 0:
-        torch.save({"params": params, "calls": all_calls}, sys.argv[1])
-    close_runtime()
+    return {"params": params, "calls": all_calls}
 
 
 @contextlib.contextmanager

@@ -52,15 +52,19 @@ class Tee(io.TextIOBase):
 
 
 def train(rt: Runtime, args: list[str]) -> dict:
-    """train.py with these arguments, in this process group (train.train_on): its exit status and what it
-    printed (on rank 0: the run's log)."""
+    """train.py with these arguments, in this process group (train.train_on): its exit status and what every
+    rank printed (stdout and stderr, rank after rank: what a torchrun launch's output holds)."""
     import train as train_py
     from optim import load_config
 
     printed = io.StringIO()
-    with contextlib.redirect_stdout(Tee(sys.stdout, printed)):
+    with contextlib.redirect_stdout(Tee(sys.stdout, printed)), contextlib.redirect_stderr(Tee(sys.stderr, printed)):
         status = train_py.train_on(load_config(args), rt)
-    return dict(status=status, output=printed.getvalue())
+    outputs = [printed.getvalue()]
+    if dist.is_initialized():
+        outputs = [None] * dist.get_world_size()
+        dist.all_gather_object(outputs, printed.getvalue())
+    return dict(status=status, output="".join(outputs))
 
 
 def result_file(out: str, name: str) -> str:

@@ -4,10 +4,10 @@ again while other processes load every core, each of which must exit 0. A race a
 teardown shows as a rank aborting at exit ("terminate called without an active exception", SIGABRT)
 after a run that finished.
 
-    python tests/stress_teardown.py --rounds 50    # each round: train.py (ddp, then fsdp next round),
-                                                   # the two-rank workers of test_optim_mars_m.py and
-                                                   # test_optim_ddp.py, and tests/ranks.py running train.py
-                                                   # under DDP and FSDP in one launch
+    python tests/stress_teardown.py --rounds 50    # each round: train.py (ddp, then fsdp next round), and
+                                                   # tests/ranks.py running train.py under DDP and FSDP and
+                                                   # the two-rank scenarios of test_optim_mars_m.py and
+                                                   # test_optim_ddp.py in one launch
 """
 
 import argparse
@@ -22,16 +22,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import run_train, tiny_run_args, torchrun_file, write_tiny_dataset  # noqa: E402
 
-WORKERS = ["tests/test_optim_mars_m.py", "tests/test_optim_ddp.py"]  # torchrun runs each file as its worker
 LOAD = "while True: pass"
 
 
 def fat_worker(data: str, folder: str) -> subprocess.CompletedProcess:
-    """tests/ranks.py running train.py twice (DDP, then FSDP with an asynchronous save) in one two-rank launch."""
+    """tests/ranks.py running train.py twice (DDP, then FSDP with an asynchronous save) and the optimizer
+    scenarios in one two-rank launch."""
     os.makedirs(folder)
     plan = [dict(name=dp, call="ranks:train", kwargs=dict(args=tiny_run_args(
         data, os.path.join(folder, dp), max_iters=4, eval_interval=2, micro_batch_size=4, data_parallel=dp,
         async_checkpoint=dp == "fsdp"))) for dp in ("ddp", "fsdp")]
+    plan += [dict(name=module, call=f"{module}:on_two_ranks", kwargs={}) for module in ("test_optim_mars_m", "test_optim_ddp")]
     with open(os.path.join(folder, "plan.json"), "w") as f:
         json.dump(plan, f)
     return torchrun_file("tests/ranks.py", os.path.join(folder, "plan.json"), folder, check=False,
@@ -56,8 +57,6 @@ def main() -> int:
                 procs = {f"train.py {data_parallel}": run_train(
                     tiny_run_args(data, out, max_iters=4, eval_interval=4, micro_batch_size=4,
                                   data_parallel=data_parallel), nproc=2, check=False)}
-                procs |= {worker: torchrun_file(worker, os.path.join(folder, f"{round_}.pt"), check=False,
-                                                capture_output=True, text=True, timeout=600) for worker in WORKERS}
                 procs["tests/ranks.py"] = fat_worker(data, os.path.join(folder, f"fat{round_}"))
                 for name, proc in procs.items():
                     jobs += 1

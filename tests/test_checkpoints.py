@@ -14,7 +14,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from checkpoint import CheckpointError, checksum_path, load_checkpoint, load_latest, load_model, step_path
-from conftest import REPO, flip_middle_byte, run_train, tiny_run_args
+from conftest import PYTHON, REPO, flip_middle_byte, run_train, tiny_run_args
 from data.shards import file_sha256
 from model import GPT, GPTConfig
 
@@ -64,7 +64,7 @@ train.main(sys.argv[3:])
 
 
 def run_with_fault(where: str, save: int, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", KILL_SCRIPT, where, str(save), *args], capture_output=True, text=True,
+    return subprocess.run([PYTHON, "-c", KILL_SCRIPT, where, str(save), *args], capture_output=True, text=True,
                           cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
 
 
@@ -218,9 +218,9 @@ def test_a_copied_checkpoint_verifies_for_every_reader(tiny_dataset, tmp_path):
     assert not os.path.samefile(latest, newest)
     flip_byte_of(latest, torch.load(latest, weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"])
     readers = {
-        "sample": [sys.executable, str(REPO / "sample.py"), "--device", "cpu", "--num_samples", "1",
+        "sample": [PYTHON, str(REPO / "sample.py"), "--device", "cpu", "--num_samples", "1",
                    "--max_new_tokens", "2", "--checkpoint"],
-        "export": [sys.executable, "-m", "eval.export_hf", "--out", str(tmp_path / "hf"), "--checkpoint"],
+        "export": [PYTHON, "-m", "eval.export_hf", "--out", str(tmp_path / "hf"), "--checkpoint"],
     }
     for command in readers.values():
         proc = subprocess.run(command + [latest], capture_output=True, text=True, cwd=REPO)

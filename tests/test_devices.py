@@ -18,7 +18,7 @@ from config import ConfigError
 from checkpoint import ShardedCheckpoints, load_model, save_checkpoint, step_path
 from optim import load_config
 from parallel import ddp_bucket_mb
-from conftest import REPO, flip_middle_byte, run_train, tiny_run_args
+from conftest import REPO, flip_middle_byte, run_train, scenario_result, tiny_run_args
 from data.loader import to_device
 from model import GPT, GPTConfig
 from optim import build_optimizer
@@ -152,16 +152,32 @@ def test_compiled_bf16_training_resumes_bit_exact(tiny_dataset, tmp_path):
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.3, val
 
 
-def test_two_ranks_resume_from_the_checkpoint_rank_0_verified(tiny_dataset, tmp_path):
-    """torchrun --nproc_per_node=2: the newest checkpoint is corrupt; rank 0 finds it (the only sha256
-    pass), both ranks resume from the older one, and the run equals an uninterrupted one bit for bit."""
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    """For conftest.two_ranks, in order: test_two_ranks_resume_from_the_checkpoint_rank_0_verified's runs."""
     common = dict(micro_batch_size=2, max_iters=8, lr_decay_iters=8, eval_interval=2, ckpt_keep=3)
-    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    run_train(tiny_run_args(tiny_dataset, straight, **common), nproc=2)
-    run_train(tiny_run_args(tiny_dataset, resumed, **{**common, "max_iters": 6}), nproc=2)
-    flip_middle_byte(step_path(resumed, 6))  # the newest checkpoint corrupt
-    proc = run_train(tiny_run_args(tiny_dataset, resumed, init_from="resume", **common), nproc=2)
-    log = proc.stdout + proc.stderr
+    straight, resumed = str(folder / "devices_straight"), str(folder / "devices_resumed")
+    return [("devices_straight", "ranks:train", dict(args=tiny_run_args(tiny_dataset, straight, **common))),
+            ("devices_first_6", "ranks:train", dict(args=tiny_run_args(tiny_dataset, resumed, **{**common, "max_iters": 6}))),
+            ("devices_corrupt_6", "test_devices:corrupt_on_rank_0", dict(path=step_path(resumed, 6))),
+            ("devices_resumed", "ranks:train", dict(args=tiny_run_args(tiny_dataset, resumed, init_from="resume", **common)))]
+
+
+def corrupt_on_rank_0(rt, path: str) -> None:
+    if rt.is_main:
+        flip_middle_byte(path)
+    torch.distributed.barrier()
+
+
+def test_two_ranks_resume_from_the_checkpoint_rank_0_verified(two_ranks, two_ranks_folder):
+    """2 ranks: the newest checkpoint is corrupt; rank 0 finds it (the only sha256 pass), both ranks resume
+    from the older one, and the run equals an uninterrupted one bit for bit."""
+    straight, resumed = str(two_ranks_folder / "devices_straight"), str(two_ranks_folder / "devices_resumed")
+    assert scenario_result(two_ranks, "devices_straight")["status"] == 0
+    assert scenario_result(two_ranks, "devices_first_6")["status"] == 0
+    scenario_result(two_ranks, "devices_corrupt_6")
+    resumed_run = scenario_result(two_ranks, "devices_resumed")
+    log = resumed_run["output"]
+    assert resumed_run["status"] == 0, log[-2000:]
     assert log.count("skipping checkpoint") == 1 and "resuming" in log and "at step 4" in log, log[-2000:]
     a, b = load_weights(straight), load_weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -6,15 +6,13 @@ at most 250 lines. The checks are functions, so the last test shows each failing
 """
 
 import functools
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import PYTHON, REPO
 from optim import HYPERPARAMETERS
 from config import TrainConfig
 
@@ -65,7 +63,7 @@ def missing_names(page: Path) -> list[str]:
 @functools.cache
 def flags_of(module: str) -> set[str]:
     """The --flags a module's --help lists (its own command line, not train.py's)."""
-    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=REPO,
+    proc = subprocess.run([PYTHON, "-m", module, "--help"], capture_output=True, text=True, cwd=REPO,
                           timeout=120)
     return set(re.findall(r"--([a-z][a-z0-9_-]*)", proc.stdout))
 

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import PRELOADED_BIN, PYTHON, REPO
 from config import TrainConfig
 from data.shards import write_shard
 from model import GPT, GPTConfig
@@ -223,8 +222,9 @@ def results(tmp_path_factory) -> dict[str, tuple[Case, subprocess.CompletedProce
     def run(name: str) -> tuple[Case, subprocess.CompletedProcess, dict, dict]:
         case = cases[name]
         before = snapshot(case.untouched)
-        runner = ["bash"] if case.command[0].endswith(".sh") else [sys.executable]
-        env = dict(os.environ, OMP_NUM_THREADS="1", HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", **case.env)
+        runner = ["bash"] if case.command[0].endswith(".sh") else [PYTHON]
+        env = dict(os.environ, OMP_NUM_THREADS="1", HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
+                   PATH=f"{PRELOADED_BIN}:{os.environ['PATH']}", **case.env)
         proc = subprocess.run(runner + case.command, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
         return case, proc, before, snapshot(case.untouched)
 

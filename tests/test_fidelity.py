@@ -23,6 +23,7 @@ embeddings, ...) land elsewhere.
 """
 
 import math
+import os
 
 import pytest
 import torch
@@ -30,7 +31,7 @@ import torch
 import train
 from optim import load_config
 from checkpoint import load_model
-from conftest import REPO, run_train
+from conftest import REPO, scenario_result
 from data.loader import TokenWindows, TrainBatches
 from model import GPT, GPTConfig
 from test_optim import reference_ns5
@@ -172,14 +173,24 @@ def test_paper_recipe_follows_the_official_loop(recipe, tiny_dataset, tmp_path):
     assert max_relative_difference(research, reference) > 1e-4  # the test can fail
 
 
-@pytest.mark.parametrize("recipe", list(RECIPES))
-def test_paper_recipe_sharded_follows_the_official_loop(recipe, tiny_dataset, tmp_path):
-    """The same recipe under data_parallel=fsdp on 2 ranks (torchrun, gloo) lands on the official weights
-    at the same tolerance: the sharded gradient scaling, clipping and second pass are the loop's."""
+def sharded_args(recipe: str, tiny_dataset: str, out_dir: str) -> list[str]:
     config_file, overrides = RECIPES[recipe]
-    settings = {**TINY, **overrides, "data_dir": tiny_dataset, "out_dir": str(tmp_path / recipe), "data_parallel": "fsdp"}
-    args = [str(REPO / "config" / config_file)] + [f"--{k}={v}" for k, v in settings.items()]
-    run_train(args, nproc=2)
-    ours = load_model(str(tmp_path / recipe / f"ckpt_{STEPS:07d}"))[0].state_dict()
-    cfg = load_config(args)
+    settings = {**TINY, **overrides, "data_dir": tiny_dataset, "out_dir": out_dir, "data_parallel": "fsdp"}
+    return [str(REPO / "config" / config_file)] + [f"--{k}={v}" for k, v in settings.items()]
+
+
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    """For conftest.two_ranks: each recipe's sharded run."""
+    return [(f"fidelity_{recipe}", "ranks:train", dict(args=sharded_args(recipe, tiny_dataset, str(folder / f"fidelity_{recipe}"))))
+            for recipe in RECIPES]
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_paper_recipe_sharded_follows_the_official_loop(recipe, tiny_dataset, two_ranks, two_ranks_folder):
+    """The same recipe under data_parallel=fsdp on 2 ranks (gloo) lands on the official weights at the same
+    tolerance: the sharded gradient scaling, clipping and second pass are the loop's."""
+    out_dir = str(two_ranks_folder / f"fidelity_{recipe}")
+    assert scenario_result(two_ranks, f"fidelity_{recipe}")["status"] == 0
+    ours = load_model(os.path.join(out_dir, f"ckpt_{STEPS:07d}"))[0].state_dict()
+    cfg = load_config(sharded_args(recipe, tiny_dataset, out_dir))
     assert max_relative_difference(ours, official_weights(tiny_dataset, cfg, recipe)) < 2e-6

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import train
-from conftest import REPO, free_port, relative_difference, without_key_bias
+from conftest import REPO, free_port, torchrun, relative_difference, without_key_bias
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config, mini_recipes
 from optim.contract import EvaluationWeights, evaluation_weights
@@ -104,8 +104,7 @@ def ranks_results(tiny_dataset, tmp_path_factory) -> dict:
     results = {}
     for nproc, micro_batch in RANKS.items():
         out = tmp_path_factory.mktemp("ranks") / f"ranks{nproc}.pt"
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                        __file__, tiny_dataset, str(micro_batch), PARALLELISMS[nproc], str(out)],
+        subprocess.run([*torchrun(nproc), __file__, tiny_dataset, str(micro_batch), PARALLELISMS[nproc], str(out)],
                        check=True, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, cwd=REPO,
                        timeout=600)
         results[nproc] = torch.load(out, weights_only=True)

@@ -15,7 +15,7 @@ import time
 import torch
 
 from checkpoint import load_model, verify_manifest
-from conftest import REPO, flip_middle_byte, run_train, tiny_run_args
+from conftest import PYTHON, REPO, flip_middle_byte, run_train, tiny_run_args
 
 COMMON = dict(lr_decay_iters=12, eval_interval=4, optimizer="mars", micro_batch_size=4)
 
@@ -35,9 +35,9 @@ def test_a_corrupt_sharded_checkpoint_is_skipped_with_its_reason(tiny_dataset, t
     subprocess.run(["cp", "-r", out, copy], check=True)
     newest = os.path.join(copy, "ckpt_0000008")
     readers = {
-        "sample": [sys.executable, str(REPO / "sample.py"), "--device", "cpu", "--num_samples", "1",
+        "sample": [PYTHON, str(REPO / "sample.py"), "--device", "cpu", "--num_samples", "1",
                    "--max_new_tokens", "2", "--checkpoint", newest],
-        "export": [sys.executable, "-m", "eval.export_hf", "--out", str(tmp_path / "hf"), "--checkpoint", newest],
+        "export": [PYTHON, "-m", "eval.export_hf", "--out", str(tmp_path / "hf"), "--checkpoint", newest],
     }
     flip_middle_byte(os.path.join(newest, "optimizer", "__1_0.distcp"))
     proc = subprocess.run(readers["sample"], capture_output=True, text=True, cwd=REPO)

@@ -2,14 +2,12 @@
 Muon and MARS-Shampoo under `torchrun --nproc_per_node=2` (gloo) equal single-process
 runs, and each rank runs Newton-Schulz only on its share of the matrices.
 
-pytest runs the test below; torchrun runs this same file as the worker.
+The two ranks' part is a scenario of the session's two-rank launch (conftest.two_ranks).
 """
-
-import os
 
 import torch
 
-from conftest import counted_orthogonalizations, run_file_under_torchrun, save_results_of_ranks
+from conftest import counted_orthogonalizations, results_of_ranks, scenario_result
 from optim import MARS, Muon
 
 SHAPES = [(48, 32), (32, 96), (64, 64), (16, 16), (96,), (32,)]
@@ -37,8 +35,16 @@ def run_on_fixed_gradients() -> tuple[dict[str, list[torch.Tensor]], int]:
     return results, calls[0]
 
 
-def test_two_ranks_under_torchrun_equal_one_process(tmp_path):
-    result = run_file_under_torchrun(os.path.abspath(__file__), tmp_path / "rank0.pt")
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    return [("optim_ddp", "test_optim_ddp:on_two_ranks")]
+
+
+def on_two_ranks(rt) -> dict:
+    return results_of_ranks(run_on_fixed_gradients)
+
+
+def test_two_ranks_under_torchrun_equal_one_process(two_ranks):
+    result = scenario_result(two_ranks, "optim_ddp")
     expected, single_calls = run_on_fixed_gradients()
     for name, wanted in expected.items():
         for actual, want in zip(result["params"][name], wanted):
@@ -47,7 +53,3 @@ def test_two_ranks_under_torchrun_equal_one_process(tmp_path):
     assert single_calls == len(OPTIMIZERS) * STEPS * matrices
     assert sum(result["calls"]) == single_calls  # no rank repeats another's work
     assert all(0 < calls < single_calls for calls in result["calls"])
-
-
-if __name__ == "__main__":
-    save_results_of_ranks(run_on_fixed_gradients)

@@ -3,17 +3,16 @@ Tests of MARS-M (optim/mars_m.py, exact, approx and memory-efficient) and Moonli
 (optim/moonlight.py): float64 references that restate the official code
 (AGI-Arena/MARS, MARS_M/optimizers/) tensor by tensor, both zero_grad modes,
 state_dict resume, short training runs, and NS5 shared out under
-`torchrun --nproc_per_node=2` (gloo), for which torchrun runs this file as the worker.
+`torchrun --nproc_per_node=2` (gloo), a scenario of the session's two-rank launch (conftest.two_ranks).
 """
 
 import copy
 import math
-import os
 
 import pytest
 import torch
 
-from conftest import counted_orthogonalizations, run_file_under_torchrun, save_results_of_ranks
+from conftest import counted_orthogonalizations, results_of_ranks, scenario_result
 import optim.rules
 from optim.contract import needs_second_gradient
 from optim.mars_m import MARSM
@@ -259,8 +258,16 @@ def run_on_fixed_gradients() -> tuple[dict[str, list[torch.Tensor]], int]:
     return results, calls[0]
 
 
-def test_two_ranks_under_torchrun_equal_one_process(tmp_path):
-    result = run_file_under_torchrun(os.path.abspath(__file__), tmp_path / "rank0.pt")
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    return [("optim_mars_m", "test_optim_mars_m:on_two_ranks")]
+
+
+def on_two_ranks(rt) -> dict:
+    return results_of_ranks(run_on_fixed_gradients)
+
+
+def test_two_ranks_under_torchrun_equal_one_process(two_ranks):
+    result = scenario_result(two_ranks, "optim_mars_m")
     expected, single_calls = run_on_fixed_gradients()
     for name, wanted in expected.items():
         for actual, want in zip(result["params"][name], wanted):
@@ -268,7 +275,3 @@ def test_two_ranks_under_torchrun_equal_one_process(tmp_path):
     assert single_calls == 3 * DDP_STEPS * sum(len(s) == 2 for s in DDP_SHAPES)
     assert sum(result["calls"]) == single_calls  # no rank repeats another's work
     assert all(0 < calls < single_calls for calls in result["calls"])
-
-
-if __name__ == "__main__":
-    save_results_of_ranks(run_on_fixed_gradients)

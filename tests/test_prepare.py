@@ -9,7 +9,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 
 import datasets
 import numpy as np
@@ -17,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import run_train, tiny_run_args
+from conftest import PYTHON, run_train, tiny_run_args
 from data import prepare as p
 from data.loader import TokenWindows
 from data.shards import HEADER_BYTES, ShardError, open_shard, write_shard
@@ -124,7 +123,7 @@ def test_fineweb_round_trip_and_shard_boundaries(fineweb):
     assert any(s[0] != EOT_TOKEN for s in train[1:])
     assert manifest["complete"] and manifest["documents"] == len(docs)
     assert manifest["tokens"] == sum(map(len, val + train))
-    assert sorted(os.listdir(out)) == sorted([f"fineweb-edu10B_val_000000.bin", "manifest.json"]
+    assert sorted(os.listdir(out)) == sorted(["fineweb-edu10B_val_000000.bin", "manifest.json"]
                                              + [f"fineweb-edu10B_train_{i:06d}.bin" for i in range(1, len(train) + 1)])
     assert p.verify(str(out)) == []
 
@@ -261,11 +260,11 @@ def test_killed_process_resumes_to_identical_bytes(fineweb, tmp_path):
     args = ["fineweb-edu", "--subset", "sample-10BT", "--files", *files, "--out", out, "--shard-size", str(SHARD_SIZE),
             "--workers", "2"]
     env = dict(os.environ)
-    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT.format(kill_after=20), *args],
+    killed = subprocess.run([PYTHON, "-c", KILL_SCRIPT.format(kill_after=20), *args],
                             env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert len(glob.glob(os.path.join(out, "*.bin"))) == 20
-    rerun = subprocess.run([sys.executable, "-m", "data.prepare", *args],
+    rerun = subprocess.run([PYTHON, "-m", "data.prepare", *args],
                            env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "resuming" in rerun.stdout
@@ -279,7 +278,7 @@ def test_training_refuses_a_folder_whose_preparation_was_killed(fineweb, tmp_pat
     out = str(tmp_path / "killed")
     args = ["fineweb-edu", "--subset", "sample-10BT", "--files", *files, "--out", out, "--shard-size", str(SHARD_SIZE),
             "--workers", "1"]
-    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT.format(kill_after=8), *args],
+    killed = subprocess.run([PYTHON, "-c", KILL_SCRIPT.format(kill_after=8), *args],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     proc = run_train(tiny_run_args(out, str(tmp_path / "run"), max_iters=2), check=False)

@@ -1,11 +1,10 @@
 """The README's first command: the stdlib corpus is prepared and a small GPT trains on it."""
 
 import subprocess
-import sys
 
 import numpy as np
 
-from conftest import REPO, run_train
+from conftest import PYTHON, REPO, run_train
 from data.quickstart import stdlib_files
 from data.shards import open_shard
 from data.tokenizer import EOT_TOKEN, get_encoding
@@ -13,7 +12,7 @@ from data.tokenizer import EOT_TOKEN, get_encoding
 
 def test_quickstart_corpus_and_a_short_training(tmp_path):
     data = tmp_path / "stdlib"
-    subprocess.run([sys.executable, "-m", "data.quickstart", "--out", str(data)], check=True, cwd=REPO)
+    subprocess.run([PYTHON, "-m", "data.quickstart", "--out", str(data)], check=True, cwd=REPO)
     train = open_shard(str(data / "stdlib_train_000001.bin"))
     val = open_shard(str(data / "stdlib_val_000000.bin"))
     assert len(train) > 2_000_000 and len(val) > 10_000

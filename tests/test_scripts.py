@@ -9,12 +9,11 @@ import glob
 import json
 import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import REPO, free_port, tiny_run_args
+from conftest import PRELOADED_BIN, PYTHON, REPO, free_port, tiny_run_args
 from config import read_config_file
 from optim import mini_recipes
 
@@ -39,7 +38,8 @@ DRY_RUN_KEYS = {"device", "compile", "n_layer", "n_head", "n_embd", "block_size"
 
 def run_script(script: str, out_root, data_dir: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     """bash scripts/<script> in dry-run mode (unless env says DRY_RUN=0), runs under out_root."""
-    env = {**os.environ, "DRY_RUN": "1", "DATA_DIR": data_dir, "OUT_ROOT": str(out_root), "OMP_NUM_THREADS": "1", **env}
+    env = {**os.environ, "DRY_RUN": "1", "DATA_DIR": data_dir, "OUT_ROOT": str(out_root), "OMP_NUM_THREADS": "1",
+           "PATH": f"{PRELOADED_BIN}:{os.environ['PATH']}", **env}
     return subprocess.run(["bash", str(REPO / "scripts" / script), *args], env=env, capture_output=True,
                           text=True, timeout=600, cwd=REPO)
 
@@ -206,7 +206,7 @@ def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
     check_ok(proc)
     with open(os.path.join(run_dir, "ckpt_lm_eval.json")) as f:
         accuracy = json.load(f)["results"]["hellaswag"]["acc_norm,none"]
-    report = subprocess.run([sys.executable, "-m", "scripts.report", run_dir, "--out", str(tmp_path / "r")],
+    report = subprocess.run([PYTHON, "-m", "scripts.report", run_dir, "--out", str(tmp_path / "r")],
                             capture_output=True, text=True, cwd=REPO)
     check_ok(report)
     assert "## Downstream tasks" in report.stdout

@@ -7,14 +7,13 @@ import csv
 import os
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from checkpoint import has_checkpoint
-from conftest import REPO, tiny_run_args
+from conftest import PYTHON, REPO, tiny_run_args
 from scripts import sweep
 
 
@@ -26,7 +25,7 @@ def tiny(tiny_dataset, tmp_path, **overrides) -> list[str]:
 
 def sweep_command(*args: str) -> list[str]:
     """python -m scripts.sweep ARGS, as a user runs it (from the repository root)."""
-    return [sys.executable, "-m", "scripts.sweep", *args]
+    return [PYTHON, "-m", "scripts.sweep", *args]
 
 
 def test_grid_with_seeds_table_plot_rerun_and_divergence(tiny_dataset, tmp_path, monkeypatch):

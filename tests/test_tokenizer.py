@@ -2,18 +2,17 @@
 
 import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import PYTHON, REPO
 
 PROBE = "from data.tokenizer import get_encoding; e = get_encoding(); print(e.n_vocab, e.encode_ordinary('hello world'))"
 
 
 def resolve_in_fresh_process(cache_dir: str, extra_env: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, TIKTOKEN_CACHE_DIR=cache_dir, **(extra_env or {}))
-    return subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([PYTHON, "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.quick

@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, run_train, tiny_run_args
+from conftest import REPO, run_train, scenario_result, tiny_run_args
 from config import TrainConfig
 from checkpoint import save_checkpoint
 from optim.schedule import scheduled_lr, set_learning_rates
@@ -77,11 +77,17 @@ def test_gradient_accumulation_gradients_directly(tiny_dataset):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
 
-def test_two_process_ddp_matches_one_process(tiny_dataset, tmp_path, rel=1e-4):
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    """For conftest.two_ranks: the 2-rank half of test_two_process_ddp_matches_one_process."""
+    return [("train_ddp", "ranks:train", dict(args=tiny_run_args(tiny_dataset, str(folder / "train_ddp"),
+                                                                 micro_batch_size=2, max_iters=8)))]
+
+
+def test_two_process_ddp_matches_one_process(tiny_dataset, tmp_path, two_ranks, two_ranks_folder, rel=1e-4):
     """rel: fp32 on CPU; tests/test_cuda.py runs it in bf16, where other micro-batch shapes round otherwise."""
-    single, ddp = str(tmp_path / "single"), str(tmp_path / "ddp")
+    single, ddp = str(tmp_path / "single"), str(two_ranks_folder / "train_ddp")
     run_train(tiny_run_args(tiny_dataset, single, micro_batch_size=4, max_iters=8))
-    run_train(tiny_run_args(tiny_dataset, ddp, micro_batch_size=2, max_iters=8), nproc=2)
+    assert scenario_result(two_ranks, "train_ddp")["status"] == 0
     a, b = read_metrics(single, "train"), read_metrics(ddp, "train")
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for ra, rb in zip(a, b):
