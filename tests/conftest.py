@@ -29,6 +29,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # a thread per process the tests 
 RUN_COMPILE_CACHE = None if "TORCHINDUCTOR_CACHE_DIR" in os.environ else tempfile.mkdtemp(prefix="test-inductor-")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", RUN_COMPILE_CACHE or "")
 os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+# Compile in the compiling process: a pool of compile workers is two more interpreters importing torch for each
+# process that compiles (inductor's default on 2 cores), slower than the compiling on two busy cores.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 from data.shards import write_shard  # noqa: E402  (after the offline settings)
 

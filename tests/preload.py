@@ -28,7 +28,11 @@ import struct
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRELOADED = ["torch", "numpy", "train", "sample", "eval.harness", "eval.hellaswag", "eval.export_hf"]
+# What the server imports: the libraries and the project's library modules (train.py's imports). Not the entry
+# points (train, sample, eval.harness, ...): run as __main__, each must be the only copy that runs its module
+# code (eval.harness registers its lm-eval model once).
+PRELOADED = ["torch", "numpy", "tiktoken", "datasets", "lm_eval", "checkpoint", "config", "model", "optim", "parallel",
+             "runlog", "runtime", "data.loader", "data.prepare", "data.shards", "eval.scoring"]
 FORWARDED_SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT]
 # Environment variables read at the interpreter's start or the preloaded imports, which a fork cannot change
 READ_AT_START = ("PYTHON", "OMP_", "MKL_", "CUDA_", "HF_", "TORCH_LOGS", "TORCH_CPP_", "TORCH_SHOW_",
@@ -61,7 +65,8 @@ def client(server_socket: str, real_python: str) -> None:
         sys.exit(f"tests/preload.py: the server stopped before child {pid} ended")
     status = int(last[1])
     if os.WIFSIGNALED(status):  # die of the same signal, so that whoever waits on us sees what killed the child
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        if os.WTERMSIG(status) != signal.SIGKILL:  # (which has no handler to reset)
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     sys.exit(os.waitstatus_to_exitcode(status))
 
@@ -137,6 +142,7 @@ def run_as_main(argv: list[str], cwd: str, search_path: list[str]) -> None:
         exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
     elif argv[0] == "-m":
         sys.argv, sys.path[0:1] = [argv[1], *argv[2:]], [cwd, *search_path]
+        sys.modules.pop(argv[1], None)  # (python3 -m data.prepare starts without data.prepare imported)
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
         script = os.path.join(cwd, argv[0])
@@ -146,13 +152,12 @@ def run_as_main(argv: list[str], cwd: str, search_path: list[str]) -> None:
 
 def exit_as_python(status: int) -> None:
     """python3's shutdown, less its teardown of every module (1.7 s once torch is imported, and nothing a test
-    can see): wait for the non-daemon threads, run the atexit functions, flush, exit."""
+    can see): threading's shutdown (its exit hooks, which stop executors' workers, then a join of the
+    non-daemon threads), the atexit functions, a flush, the exit."""
     import atexit
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # (private, but what the interpreter itself calls first on the way out)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -37,7 +37,9 @@ def server_ready():
     "import sys; sys.exit('a message, and status 1')",
     "import sys; print(sys.argv, sys.path[0] == '', input())",
     "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+    "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
     "import atexit, threading, time; atexit.register(print, 'atexit'); threading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()",
+    "from concurrent.futures import ThreadPoolExecutor; ThreadPoolExecutor(1).submit(print, 'an idle executor at exit')",
 ])
 def test_a_command_ends_as_under_python3(code):
     preloaded = run(PYTHON, "-c", code, "arg", input="stdin line\n")
@@ -45,7 +47,8 @@ def test_a_command_ends_as_under_python3(code):
     assert (preloaded.returncode, preloaded.stdout, preloaded.stderr) == (real.returncode, real.stdout, real.stderr)
 
 
-@pytest.mark.parametrize("args", [["sample.py", "--help"], ["-m", "scripts.report", "--help"], ["train.py", "--bad"]])
+@pytest.mark.parametrize("args", [["sample.py", "--help"], ["-m", "scripts.report", "--help"], ["train.py", "--bad"],
+                                  ["-m", "eval.harness", "--help"], ["-m", "data.prepare", "--help"]])
 def test_scripts_and_modules_run_as_main(args):
     preloaded, real = run(PYTHON, *args), run(sys.executable, *args)
     assert (preloaded.returncode, preloaded.stdout, preloaded.stderr) == (real.returncode, real.stdout, real.stderr)
