@@ -139,8 +139,7 @@ def run_train(args: list[str], nproc: int = 0, check: bool = True, timeout: int 
     """Run train.py (under torchrun with nproc processes when nproc > 0) and return the finished process."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     proc = subprocess.run((torchrun(nproc) if nproc else [PYTHON]) + [str(REPO / "train.py")] + args,
-                          capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=REPO)
+                          capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -185,11 +184,10 @@ def two_ranks(request, tiny_dataset, two_ranks_folder) -> dict[str, dict]:
     """The results of the 2-rank scenarios of every test module this session runs (a module's
     two_rank_scenarios(tiny_dataset, two_ranks_folder) -> [Scenario tuple]), all in one torchrun launch;
     read one with scenario_result."""
-    folder = two_ranks_folder
     modules = sorted({item.module for item in request.session.items}, key=lambda module: module.__name__)
     plan = [scenario for module in modules if hasattr(module, "two_rank_scenarios")
-            for scenario in module.two_rank_scenarios(tiny_dataset, folder)]
-    return run_scenarios(plan, folder, nproc=2)
+            for scenario in module.two_rank_scenarios(tiny_dataset, two_ranks_folder)]
+    return run_scenarios(plan, two_ranks_folder, nproc=2)
 
 
 def scenario_result(results: dict[str, dict], name: str):
@@ -230,12 +228,15 @@ def flip_middle_byte(path: str) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
-def results_of_ranks(run) -> dict:
-    """In a scenario of tests/ranks.py: run() -> (params, Newton-Schulz call count) on every rank; this rank's
-    params and every rank's count."""
+def results_of_ranks(rt, run: str) -> dict:
+    """A scenario of tests/ranks.py: run ("module:function", returning params and a Newton-Schulz call count)
+    on every rank; this rank's params and every rank's count."""
+    import importlib
+
     import torch.distributed as dist
 
-    params, calls = run()
+    module, function = run.split(":")
+    params, calls = getattr(importlib.import_module(module), function)()
     all_calls = [None] * dist.get_world_size()
     dist.all_gather_object(all_calls, calls)
     return {"params": params, "calls": all_calls}

@@ -64,11 +64,16 @@ def client(server_socket: str, real_python: str) -> None:
     if not last:
         sys.exit(f"tests/preload.py: the server stopped before child {pid} ended")
     status = int(last[1])
-    if os.WIFSIGNALED(status):  # die of the same signal, so that whoever waits on us sees what killed the child
-        if os.WTERMSIG(status) != signal.SIGKILL:  # (which has no handler to reset)
-            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
+    if os.WIFSIGNALED(status):  # so that whoever waits on us sees what killed the child
+        die_of(os.WTERMSIG(status))
     sys.exit(os.waitstatus_to_exitcode(status))
+
+
+def die_of(signum: int) -> None:
+    """End this process by signal signum, as its default action does."""
+    if signum != signal.SIGKILL:  # (which has no handler to reset)
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 # --- the server ---
@@ -119,10 +124,12 @@ def become(argv: list[str], cwd: str, env: dict[str, str], set_by_imports: dict[
     try:
         run_as_main(argv, cwd, [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         status = 0
-    except SystemExit as stop:
-        status = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
-        if not isinstance(stop.code, (int, type(None))):
+    except SystemExit as stop:  # sys.exit(None or a status), or sys.exit(message): printed, status 1
+        if stop.code is None or isinstance(stop.code, int):
+            status = stop.code or 0
+        else:
             print(stop.code, file=sys.stderr)
+            status = 1
     except BaseException as error:  # the traceback python3 prints: from the command's own first frame
         trace = error.__traceback__
         while trace and trace.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>"):
@@ -165,8 +172,7 @@ def exit_as_python(status: int) -> None:
         except (OSError, ValueError):
             pass
     if status < 0:
-        signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
+        die_of(-status)
     os._exit(status & 0xFF)
 
 
@@ -195,24 +201,22 @@ def serve(server_socket: str) -> None:
                     request += conn.recv(length - len(request))
                 request = json.loads(request)
                 argv, env = as_command(request["argv"], request["env"])
-                if not runnable(argv, request["cwd"], env, server_env, set_by_imports):
+                if runnable(argv, request["cwd"], env, server_env, set_by_imports):
+                    pid = os.fork()
+                    if pid == 0:  # the child: none of the server's sockets, then the command
+                        selector.close()
+                        listener.close()
+                        for other in [conn, *children.values()]:
+                            other.close()
+                        become(argv, request["cwd"], env, set_by_imports, fds)
+                    conn.sendall(f"pid {pid}\n".encode())
+                    children[pid] = conn
+                    selector.register(conn, selectors.EVENT_READ, pid)
+                else:
                     conn.sendall(b"real\n")
                     conn.close()
-                    for fd in fds:
-                        os.close(fd)
-                    continue
-                pid = os.fork()
-                if pid == 0:  # the child: none of the server's sockets, then the command
-                    selector.close()
-                    listener.close()
-                    for other in [conn, *children.values()]:
-                        other.close()
-                    become(argv, request["cwd"], env, set_by_imports, fds)
-                for fd in fds:
+                for fd in fds:  # (the child has its own copies)
                     os.close(fd)
-                conn.sendall(f"pid {pid}\n".encode())
-                children[pid] = conn
-                selector.register(conn, selectors.EVENT_READ, pid)
             elif not key.fileobj.recv(1):  # a client hung up (killed by its test's timeout): its child goes too
                 selector.unregister(key.fileobj)
                 os.kill(key.data, signal.SIGKILL)

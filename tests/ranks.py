@@ -24,6 +24,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import IO, Any, NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
@@ -32,7 +33,7 @@ sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # tests/, for th
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from runtime import Runtime, close_runtime, join_process_group  # noqa: E402
+from runtime import Runtime, broadcast_from_main, close_runtime, join_process_group  # noqa: E402
 
 
 class Scenario(NamedTuple):
@@ -65,6 +66,20 @@ def train(rt: Runtime, args: list[str]) -> dict:
         outputs = [None] * dist.get_world_size()
         dist.all_gather_object(outputs, printed.getvalue())
     return dict(status=status, output="".join(outputs))
+
+
+def on_main_rank(rt: Runtime, prepare: Callable[[], None]) -> None:
+    """prepare() on rank 0 (a scenario's files), every rank raising its error if it raised (so that no rank
+    waits for another in what follows)."""
+    error = None
+    if rt.is_main:
+        try:
+            prepare()
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+    error = broadcast_from_main(error)
+    if error:
+        raise RuntimeError(error)
 
 
 def result_file(out: str, name: str) -> str:

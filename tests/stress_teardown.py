@@ -32,7 +32,8 @@ def fat_worker(data: str, folder: str) -> subprocess.CompletedProcess:
     plan = [dict(name=dp, call="ranks:train", kwargs=dict(args=tiny_run_args(
         data, os.path.join(folder, dp), max_iters=4, eval_interval=2, micro_batch_size=4, data_parallel=dp,
         async_checkpoint=dp == "fsdp"))) for dp in ("ddp", "fsdp")]
-    plan += [dict(name=module, call=f"{module}:on_two_ranks", kwargs={}) for module in ("test_optim_mars_m", "test_optim_ddp")]
+    plan += [dict(name=module, call="conftest:results_of_ranks", kwargs=dict(run=f"{module}:run_on_fixed_gradients"))
+             for module in ("test_optim_mars_m", "test_optim_ddp")]
     with open(os.path.join(folder, "plan.json"), "w") as f:
         json.dump(plan, f)
     return torchrun_file("tests/ranks.py", os.path.join(folder, "plan.json"), folder, check=False,

@@ -163,9 +163,9 @@ def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
 
 
 def corrupt_on_rank_0(rt, path: str) -> None:
-    if rt.is_main:
-        flip_middle_byte(path)
-    torch.distributed.barrier()
+    from ranks import on_main_rank
+
+    on_main_rank(rt, lambda: flip_middle_byte(path))
 
 
 def test_two_ranks_resume_from_the_checkpoint_rank_0_verified(two_ranks, two_ranks_folder):

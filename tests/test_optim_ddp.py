@@ -7,7 +7,7 @@ The two ranks' part is a scenario of the session's two-rank launch (conftest.two
 
 import torch
 
-from conftest import counted_orthogonalizations, results_of_ranks, scenario_result
+from conftest import counted_orthogonalizations, scenario_result
 from optim import MARS, Muon
 
 SHAPES = [(48, 32), (32, 96), (64, 64), (16, 16), (96,), (32,)]
@@ -36,11 +36,7 @@ def run_on_fixed_gradients() -> tuple[dict[str, list[torch.Tensor]], int]:
 
 
 def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
-    return [("optim_ddp", "test_optim_ddp:on_two_ranks")]
-
-
-def on_two_ranks(rt) -> dict:
-    return results_of_ranks(run_on_fixed_gradients)
+    return [("optim_ddp", "conftest:results_of_ranks", dict(run="test_optim_ddp:run_on_fixed_gradients"))]
 
 
 def test_two_ranks_under_torchrun_equal_one_process(two_ranks):

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from conftest import counted_orthogonalizations, results_of_ranks, scenario_result
+from conftest import counted_orthogonalizations, scenario_result
 import optim.rules
 from optim.contract import needs_second_gradient
 from optim.mars_m import MARSM
@@ -259,11 +259,7 @@ def run_on_fixed_gradients() -> tuple[dict[str, list[torch.Tensor]], int]:
 
 
 def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
-    return [("optim_mars_m", "test_optim_mars_m:on_two_ranks")]
-
-
-def on_two_ranks(rt) -> dict:
-    return results_of_ranks(run_on_fixed_gradients)
+    return [("optim_mars_m", "conftest:results_of_ranks", dict(run="test_optim_mars_m:run_on_fixed_gradients"))]
 
 
 def test_two_ranks_under_torchrun_equal_one_process(two_ranks):

@@ -121,29 +121,13 @@ def resumed(name: str, source_run: str, step: int, args: list[str]) -> tuple:
     return (name, "test_resume_matrix:resume_leg", dict(source_run=source_run, step=step, args=args))
 
 
-def on_main_rank(rt, prepare) -> None:
-    """prepare() on rank 0, every rank raising its error if it raised (so that no rank waits for another
-    in the training that follows)."""
-    from runtime import broadcast_from_main
-
-    error = None
-    if rt.is_main:
-        try:
-            prepare()
-        except Exception as e:
-            error = f"{type(e).__name__}: {e}"
-    error = broadcast_from_main(error)
-    if error:
-        raise RuntimeError(error)
-
-
 def out_dir_of(args: list[str]) -> str:
     return next(a for a in reversed(args) if a.startswith("--out_dir=")).removeprefix("--out_dir=")
 
 
 def resume_leg(rt, source_run: str, step: int, args: list[str]) -> dict:
     """train.py resuming, in its own out_dir, a copy of source_run cut back to its checkpoint at `step`."""
-    from ranks import train
+    from ranks import on_main_rank, train
 
     on_main_rank(rt, lambda: from_checkpoint(source_run, step, out_dir_of(args)))
     return train(rt, args)
@@ -152,7 +136,7 @@ def resume_leg(rt, source_run: str, step: int, args: list[str]) -> dict:
 def corrupt_newest(rt, source_run: str, args: list[str]) -> dict:
     """train.py scoring (eval_only) a copy of source_run whose newest checkpoint has a byte of rank 1's
     optimizer shard flipped."""
-    from ranks import train
+    from ranks import on_main_rank, train
 
     def copy_and_corrupt() -> None:
         shutil.copytree(source_run, out_dir_of(args), symlinks=True)
