@@ -70,8 +70,38 @@ PRELOADED_BIN, PRELOAD_SERVER, PYTHON = "", None, sys.executable
 
 def pytest_configure(config) -> None:
     global PRELOADED_BIN, PRELOAD_SERVER, PYTHON
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # pytest-xdist's controller (-n N) runs no test: each worker starts its own server
     PRELOADED_BIN, PRELOAD_SERVER = start_preloaded_python()
     PYTHON = f"{PRELOADED_BIN}/python3"
+
+
+# Under pytest-xdist (python3 -m pytest -n 2, with pytest.ini's --dist loadgroup): the tests that share an
+# expensive fixture run on one worker, as one group, so that it is built once: a module-scoped fixture's
+# tests (a module's launch of tests/ranks.py, the SLURM cluster, the scripts' dry runs) are their module's
+# group, and every user of two_ranks (one launch for the whole session) is one group. The other tests go to
+# whichever worker is free. Groups start longest first (as measured), so that none is left for the end.
+LONGEST_GROUPS_FIRST = ["tests/test_slurm.py", "tests/test_resume_matrix.py", "tests/test_scripts.py", "two_ranks",
+                        "tests/test_fsdp.py", "tests/test_memory.py", "tests/test_entrypoint_errors.py"]
+
+
+def shared_fixture_group(item) -> str | None:
+    if "two_ranks" in item.fixturenames:
+        return "two_ranks"
+    for definitions in item._fixtureinfo.name2fixturedefs.values():
+        if definitions and definitions[-1].scope == "module":
+            return item.nodeid.split("::")[0]
+    return None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    groups = {}
+    for item in items:
+        groups[item] = shared_fixture_group(item)
+        if groups[item]:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
+    rank = {group: i for i, group in enumerate(LONGEST_GROUPS_FIRST)}
+    items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # (stable: otherwise collection order)
 
 
 def torchrun(nproc: int) -> list[str]:

@@ -18,7 +18,7 @@ from config import ConfigError
 from checkpoint import ShardedCheckpoints, load_model, save_checkpoint, step_path
 from optim import load_config
 from parallel import ddp_bucket_mb
-from conftest import REPO, flip_middle_byte, run_train, scenario_result, tiny_run_args
+from conftest import PYTHON, REPO, flip_middle_byte, run_train, scenario_result, tiny_run_args
 from data.loader import to_device
 from model import GPT, GPTConfig
 from optim import build_optimizer
@@ -150,6 +150,19 @@ def test_compiled_bf16_training_resumes_bit_exact(tiny_dataset, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     val = read_metrics(straight, "val")
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.3, val
+
+
+def test_deterministic_reaches_inductor_even_when_its_config_was_imported_first():
+    """deterministic=True sets inductor's flag however the process started: inductor reads its environment
+    variable only when its config is first imported, which torch._dynamo's import (an optimizer's first
+    construction, or the tests' preloaded python3) may have done already; torch.use_deterministic_algorithms
+    sets the flag itself."""
+    code = ("import torch._dynamo, torch._inductor.config as c, torch, runtime; "
+            "runtime.configure_device(torch.device('cpu'), deterministic=True); "
+            "print(c.deterministic, torch.are_deterministic_algorithms_enabled())")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_DETERMINISTIC"}
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert proc.stdout.split() == ["True", "True"], proc.stderr[-2000:]
 
 
 def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
