@@ -94,6 +94,7 @@ def shared_fixture_group(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # (before xdist's own, which reads the groups off the marks)
 def pytest_collection_modifyitems(config, items) -> None:
     groups = {}
     for item in items:
