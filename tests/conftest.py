@@ -250,6 +250,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cut_back(source_run: str, step: int, out_dir: str) -> str:
+    """A copy of source_run cut back to its checkpoint at `step`, as a run preempted after that save leaves its
+    folder; returns out_dir."""
+    shutil.copytree(source_run, out_dir, symlinks=True)
+    for name in os.listdir(out_dir):
+        if name.startswith("ckpt_") and int(name.split("_")[1].split(".")[0]) > step:
+            path = os.path.join(out_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if os.path.lexists(os.path.join(out_dir, "ckpt.pt")):  # (a single-file run's link to its newest)
+        os.remove(os.path.join(out_dir, "ckpt.pt"))
+        os.link(os.path.join(out_dir, f"ckpt_{step:07d}.pt"), os.path.join(out_dir, "ckpt.pt"))
+    return out_dir
+
+
 def flip_middle_byte(path: str) -> None:
     """Flip the byte in the middle of a file (a corrupt checkpoint)."""
     with open(path, "r+b") as f:

@@ -103,10 +103,15 @@ def runnable(argv: list[str], cwd: str, env: dict[str, str], server_env: dict[st
     return start_up(env) == start_up(server_env)
 
 
-def become(argv: list[str], cwd: str, env: dict[str, str], set_by_imports: dict[str, str], fds: list[int]) -> None:
+def become(argv: list[str], cwd: str, env: dict[str, str], set_by_imports: dict[str, str], fds: list[int],
+           client_path: str) -> None:
     """In the forked child: take the client's streams, directory, environment (with what the preloaded modules'
-    imports set in it, as they would have) and argv, run the command as __main__, and end as python3 would."""
+    imports set in it, as they would have) and argv, run the command as __main__, and end as python3 would.
+    Its sys.executable is the client, so that the python3 it starts (a sweep's runs) is a child of the server
+    too, where it can be."""
     import io
+
+    sys.executable = client_path
 
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -182,6 +187,7 @@ def serve(server_socket: str) -> None:
     import importlib
 
     sys.path.insert(0, REPO)
+    client_path = os.path.join(os.path.dirname(server_socket), "python3")  # (conftest writes it beside the socket)
     server_env = dict(os.environ)
     for module in PRELOADED:
         importlib.import_module(module)
@@ -210,7 +216,7 @@ def serve(server_socket: str) -> None:
                         listener.close()
                         for other in [conn, *children.values()]:
                             other.close()
-                        become(argv, request["cwd"], env, set_by_imports, fds)
+                        become(argv, request["cwd"], env, set_by_imports, fds, client_path)
                     conn.sendall(f"pid {pid}\n".encode())
                     children[pid] = conn
                     selector.register(conn, selectors.EVENT_READ, pid)

@@ -54,6 +54,13 @@ def test_scripts_and_modules_run_as_main(args):
     assert (preloaded.returncode, preloaded.stdout, preloaded.stderr) == (real.returncode, real.stdout, real.stderr)
 
 
+def test_the_python3_a_command_starts_is_preloaded_too():
+    """A command's sys.executable is the preloaded python3 (a sweep starts its runs with it)."""
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {PRELOADED!r}])"
+    assert run(PYTHON, "-c", code).stdout == "True\n"
+    assert run(sys.executable, "-c", code).stdout == "False\n"
+
+
 def test_signals_reach_the_command_and_a_killed_client_takes_it_along(tmp_path):
     marker = tmp_path / "pid"
     code = ("import os, signal, sys, time; signal.signal(signal.SIGUSR1, lambda *a: print('usr1', flush=True)); "

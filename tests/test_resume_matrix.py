@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from conftest import (
-    flip_middle_byte, relative_difference, run_scenarios, scenario_result, step_weights, without_key_bias,
+    cut_back, flip_middle_byte, relative_difference, run_scenarios, scenario_result, step_weights, without_key_bias,
 )
 from optim import OPTIMIZERS, load_config
 
@@ -100,19 +100,6 @@ def run_args(variant: str, data_dir: str, out_dir: str, world_size: int, data_pa
     return [*VARIANTS[variant], *SHAPE, *(f"--{k}={v}" for k, v in settings.items())]
 
 
-def from_checkpoint(source_run: str, step: int, out_dir: str) -> str:
-    """A copy of source_run cut back to its checkpoint at `step` (as a preempted run's folder is); out_dir."""
-    shutil.copytree(source_run, out_dir, symlinks=True)
-    for name in os.listdir(out_dir):
-        if name.startswith("ckpt_") and int(name.split("_")[1].split(".")[0]) > step:
-            path = os.path.join(out_dir, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    if os.path.lexists(os.path.join(out_dir, "ckpt.pt")):  # (a single-file run's link to its newest)
-        os.remove(os.path.join(out_dir, "ckpt.pt"))
-        os.link(os.path.join(out_dir, f"ckpt_{step:07d}.pt"), os.path.join(out_dir, "ckpt.pt"))
-    return out_dir
-
-
 def straight(name: str, args: list[str]) -> tuple:
     return (name, "ranks:train", dict(args=args))
 
@@ -129,7 +116,7 @@ def resume_leg(rt, source_run: str, step: int, args: list[str]) -> dict:
     """train.py resuming, in its own out_dir, a copy of source_run cut back to its checkpoint at `step`."""
     from ranks import on_main_rank, train
 
-    on_main_rank(rt, lambda: from_checkpoint(source_run, step, out_dir_of(args)))
+    on_main_rank(rt, lambda: cut_back(source_run, step, out_dir_of(args)))
     return train(rt, args)
 
 

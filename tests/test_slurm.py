@@ -19,7 +19,7 @@ import torch
 
 import slurm_cluster
 from checkpoint import load_model
-from conftest import REPO, run_train, tiny_run_args
+from conftest import PYTHON, REPO, run_train, tiny_run_args
 
 LONG = dict(vocab_size=128, max_iters=1500, eval_interval=500, log_interval=50)  # ~15 s of steps
 
@@ -182,7 +182,7 @@ def test_a_paper_run_script_submits_itself_with_slurm_1(cluster, tiny_dataset, t
 
 def sweep_on(cluster, folder: str, base: list[str], *options: str) -> str:
     """python -m scripts.sweep FOLDER BASE --grid learning_rate=1e-3,3e-3 --seeds 1,2 OPTIONS; its output."""
-    proc = subprocess.run([sys.executable, "-m", "scripts.sweep", folder, *base, "--grid", "learning_rate=1e-3,3e-3",
+    proc = subprocess.run([PYTHON, "-m", "scripts.sweep", folder, *base, "--grid", "learning_rate=1e-3,3e-3",
                            "--seeds", "1,2", *options], env=cluster.env, cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

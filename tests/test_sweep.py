@@ -7,6 +7,7 @@ import csv
 import os
 import signal
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,6 +31,7 @@ def sweep_command(*args: str) -> list[str]:
 
 def test_grid_with_seeds_table_plot_rerun_and_divergence(tiny_dataset, tmp_path, monkeypatch):
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    monkeypatch.setattr(sys, "executable", PYTHON)  # the runs start with the preloaded python3 (conftest)
     folder = str(tmp_path / "sweep")
     argv = [folder, *tiny(tiny_dataset, tmp_path), "--grid", "learning_rate=1e-3,3e-3,1e30", "--grad_clip=0",
             "--seeds", "1,2", "--jobs", "2"]
