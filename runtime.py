@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
+from stop_signals import EARLY_SIGNALS, REQUEUE_SIGNAL
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -202,20 +204,6 @@ def code_version() -> str:
 
 # The stop requests a run agrees on, by priority: a stop outranks a requeue (scancel during a pending requeue).
 NO_STOP, REQUEUE, STOP = 0, 1, 2
-REQUEUE_SIGNAL = signal.SIGUSR1  # SLURM's usual choice: sbatch --signal=USR1@<seconds>, scancel --signal=USR1
-
-
-EARLY_SIGNALS: list[str] = []  # stop and requeue signals that came before the run's StopSignal existed
-
-
-def keep_early_stop_signals() -> None:
-    """From the start of an entry point: SIGTERM or the requeue signal arriving during start-up (imports,
-    data, model, a resume's load: minutes at scale) is kept for the run's StopSignal, which stops at its
-    first step, instead of ending the process (SIGUSR1's default action is to terminate)."""
-    for sig in (signal.SIGTERM, REQUEUE_SIGNAL):
-        signal.signal(sig, lambda signum, frame: EARLY_SIGNALS.append(signal.Signals(signum).name))
-
-
 class StopSignal:
     """SIGTERM/SIGINT (a user's scancel, Ctrl-C) as a request to stop, and SIGUSR1 (SLURM's warning before
     the time limit, or a preemption) as a request to stop and be requeued, which every rank agrees on

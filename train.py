@@ -13,7 +13,12 @@ The file reads top to bottom: set-up helpers, the work of one step, then train()
 joins and leaves the process group around train_on(), the loop, which calls them in order.
 """
 
-import gc
+if __name__ == "__main__":  # first: a stop or requeue signal during the imports below is kept, not fatal
+    from stop_signals import keep_early_stop_signals
+
+    keep_early_stop_signals()
+
+import gc  # noqa: E402  (the imports after the signal handlers)
 import math
 import os
 import sys
@@ -44,9 +49,9 @@ from parallel import check_parallelism, clip_grad_norm_, gradient_sync, parallel
 from runlog import RunLog, lock_out_dir
 from runtime import (
     InputError, Runtime, StopSignal, Watchdog, all_reduce_sum, autocast_context, broadcast_from_main,
-    close_runtime, code_version, configure_device, exit_on_input_error, init_runtime, keep_early_stop_signals,
-    requeue_slurm_job, resolve_dtype,
+    close_runtime, code_version, configure_device, exit_on_input_error, init_runtime, requeue_slurm_job, resolve_dtype,
 )
+from stop_signals import keep_early_stop_signals
 
 # Dense bf16 FLOP/s by a name in the device's (the first that matches: H100 PCIe and NVL before H100 SXM)
 PEAK_BF16_FLOPS = {"A100": 312e12, "H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12, "H200": 989e12}

@@ -109,8 +109,10 @@ def become(argv: list[str], cwd: str, env: dict[str, str], set_by_imports: dict[
     imports set in it, as they would have) and argv, run the command as __main__, and end as python3 would.
     Its sys.executable is the client, so that the python3 it starts (a sweep's runs) is a child of the server
     too, where it can be."""
+    import ctypes
     import io
 
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the server
     sys.executable = client_path
 
     for target, fd in enumerate(fds):

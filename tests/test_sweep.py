@@ -24,9 +24,9 @@ def tiny(tiny_dataset, tmp_path, **overrides) -> list[str]:
     return [a for a in args if not a.startswith(("--out_dir=", "--seed="))]  # the sweep sets them per run
 
 
-def sweep_command(*args: str) -> list[str]:
+def sweep_command(*args: str, python: str = PYTHON) -> list[str]:
     """python -m scripts.sweep ARGS, as a user runs it (from the repository root)."""
-    return [PYTHON, "-m", "scripts.sweep", *args]
+    return [python, "-m", "scripts.sweep", *args]
 
 
 def test_grid_with_seeds_table_plot_rerun_and_divergence(tiny_dataset, tmp_path, monkeypatch):
@@ -116,8 +116,10 @@ def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(sig, tiny_dataset, tmp_path
     checkpoint and stops, no other starts, and the sweep exits 128 + the signal saying how to resume."""
     folder = tmp_path / "sweep"
     endless = tiny(tiny_dataset, tmp_path, max_iters=100_000, eval_interval=100_000, log_interval=1)
-    proc = subprocess.Popen(sweep_command(str(folder), *endless, "--seeds", "1,2"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+    # the real python3: its runs are then in its process group, which the test kills if the stop fails (a
+    # preloaded command's runs are children of the preload server, out of the group's reach)
+    proc = subprocess.Popen(sweep_command(str(folder), *endless, "--seeds", "1,2", python=sys.executable),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
     log = folder / "run" / "base" / "seed1" / "train.log"
     try:
         deadline = time.time() + 60

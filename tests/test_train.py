@@ -147,6 +147,22 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(tiny_dataset, tmp_path):
     assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == step + 2
 
 
+def test_a_requeue_signal_during_the_imports_is_kept_for_the_first_step(tiny_dataset, tmp_path):
+    """SIGUSR1 (SLURM's requeue signal) while a real python3 still imports torch: kept, not fatal (its default
+    action ends the process, and SLURM then records the job failed, never requeued); the run stops at its
+    first step with a checkpoint, exit status 128 + SIGUSR1 outside a SLURM job."""
+    out = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, str(REPO / "train.py")] + tiny_run_args(tiny_dataset, out), cwd=REPO,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
+    time.sleep(0.5)  # (torch's import alone takes seconds)
+    proc.send_signal(signal.SIGUSR1)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGUSR1, output
+    assert "stopped by SIGUSR1 at step 1" in output, output
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == 1
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_dataset, tmp_path):
     out = str(tmp_path / "run")
     run_train(tiny_run_args(tiny_dataset, out, max_iters=4))
