@@ -4,6 +4,7 @@ it before anything runs; Ctrl-C stops its runs with a checkpoint and says how to
 
 import contextlib
 import csv
+import functools
 import os
 import signal
 import subprocess
@@ -118,8 +119,11 @@ def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(sig, tiny_dataset, tmp_path
     endless = tiny(tiny_dataset, tmp_path, max_iters=100_000, eval_interval=100_000, log_interval=1)
     # the real python3: its runs are then in its process group, which the test kills if the stop fails (a
     # preloaded command's runs are children of the preload server, out of the group's reach)
+    # SIGINT at its default, as in a terminal's foreground: a shell starts a background job (`pytest ... &` in a
+    # script) with SIGINT ignored, and Python keeps an inherited ignore, so Ctrl-C would never reach the sweep
     proc = subprocess.Popen(sweep_command(str(folder), *endless, "--seeds", "1,2", python=sys.executable),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+                            preexec_fn=functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL))
     log = folder / "run" / "base" / "seed1" / "train.log"
     try:
         deadline = time.time() + 60
