@@ -212,7 +212,8 @@ def test_a_copied_checkpoint_verifies_for_every_reader(tiny_dataset, tmp_path):
     optimizer state flipped in the copy's newest checkpoint: those readers still load the model, which
     they alone read and verify; resume skips it, naming the tensor, and continues from the older one."""
     out, copy = str(tmp_path / "run"), str(tmp_path / "copy")
-    run_train(tiny_run_args(tiny_dataset, out, max_iters=6, eval_interval=3))
+    model = dict(eval_interval=3, vocab_size=50304)  # GPT-2's vocabulary: sample.py writes with GPT-2's tokenizer
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=6, **model))
     subprocess.run(["cp", "-r", out, copy], check=True)
     latest, newest = os.path.join(copy, "ckpt.pt"), step_path(copy, 6)
     assert not os.path.samefile(latest, newest)
@@ -230,7 +231,7 @@ def test_a_copied_checkpoint_verifies_for_every_reader(tiny_dataset, tmp_path):
     flip_byte_of(newest, torch.load(newest, weights_only=True)["optimizer"]["state"][0]["exp_avg"])
     proc = subprocess.run(readers["sample"] + [newest], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-2000:]
-    proc = run_train(tiny_run_args(tiny_dataset, copy, max_iters=9, eval_interval=3, init_from="resume"))
+    proc = run_train(tiny_run_args(tiny_dataset, copy, max_iters=9, init_from="resume", **model))
     output = proc.stdout + proc.stderr
     assert "skipping checkpoint" in output and "optimizer/state/0/exp_avg differs" in output, output[-3000:]
     assert f"resuming {step_path(copy, 3)} at step 3" in output, output[-3000:]

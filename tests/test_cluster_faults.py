@@ -34,7 +34,7 @@ from conftest import REPO, run_train, tiny_run_args
 from runlog import OWNER
 from test_fsdp_train import worker_of_rank
 
-SMALL = dict(vocab_size=128, max_iters=12, eval_interval=6, optimizer="mars")  # a ~100 KB checkpoint
+SMALL = dict(max_iters=12, eval_interval=6, optimizer="mars")  # a ~100 KB checkpoint
 
 
 @contextlib.contextmanager
@@ -158,7 +158,7 @@ def test_sigterm_saves_within_two_steps_at_any_log_interval(tiny_dataset, tmp_pa
     before step N+1. Then SIGTERM goes to the process (one process) or to rank 1, which is waiting for
     rank 0 inside step N+1, and the test reads again."""
     out = str(tmp_path / "run")
-    args = tiny_run_args(tiny_dataset, out, vocab_size=128, max_iters=100_000, eval_interval=100_000,
+    args = tiny_run_args(tiny_dataset, out, max_iters=100_000, eval_interval=100_000,
                          log_interval=1000, ckpt_interval=1, ckpt_keep=1, micro_batch_size=4)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     proc = subprocess.Popen([*(launcher if nproc else [sys.executable]), str(REPO / "train.py"), *args], cwd=REPO,
@@ -195,7 +195,7 @@ def test_sigterm_saves_within_two_steps_at_any_log_interval(tiny_dataset, tmp_pa
         assert "143" in codes and codes <= {"143", "-15"}, output[-3000:]
     else:
         assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in output, output[-3000:]
-    run_train(tiny_run_args(tiny_dataset, out, vocab_size=128, max_iters=stopped + 2, init_from="resume",
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=stopped + 2, init_from="resume",
                             eval_interval=100_000, micro_batch_size=4), nproc=nproc)
     assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == stopped + 2
 

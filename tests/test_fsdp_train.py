@@ -30,7 +30,8 @@ def test_a_corrupt_sharded_checkpoint_is_skipped_with_its_reason(tiny_dataset, t
     the HF export refuse it by name, with no traceback; resume skips it with its reason, names a save
     killed midway (ckpt_<step>.tmp) and continues from the older checkpoint."""
     out, copy = str(tmp_path / "run"), str(tmp_path / "copy")
-    proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=8, data_parallel="fsdp", **COMMON), nproc=2)
+    sharded = dict(COMMON, data_parallel="fsdp", vocab_size=50304)  # GPT-2's vocabulary: sample.py's tokenizer's
+    proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=8, **sharded), nproc=2)
     assert "Warning" not in proc.stderr, proc.stderr[-3000:]  # nothing on the console a user cannot act on
     subprocess.run(["cp", "-r", out, copy], check=True)
     newest = os.path.join(copy, "ckpt_0000008")
@@ -49,8 +50,7 @@ def test_a_corrupt_sharded_checkpoint_is_skipped_with_its_reason(tiny_dataset, t
         assert "model/__0_0.distcp's sha256 differs from the manifest's" in proc.stderr, proc.stderr[-2000:]
 
     os.makedirs(os.path.join(copy, "ckpt_0000010.tmp"))  # a save killed midway: never a candidate
-    proc = run_train(tiny_run_args(tiny_dataset, copy, max_iters=10, data_parallel="fsdp", init_from="resume",
-                                   **COMMON), nproc=2)
+    proc = run_train(tiny_run_args(tiny_dataset, copy, max_iters=10, init_from="resume", **sharded), nproc=2)
     output = proc.stdout + proc.stderr
     assert "skipping checkpoint" in output and "__0_0.distcp's sha256 differs" in output, output[-3000:]
     assert "ckpt_0000010.tmp is a save that did not complete" in output, output[-3000:]
@@ -126,8 +126,9 @@ def test_hellaswag_in_the_loop_sharded_scores_as_one_process(tiny_dataset, tmp_p
     scores = {}
     for nproc, data_parallel in ((2, "fsdp"), (0, "ddp")):
         out = str(tmp_path / data_parallel)
-        run_train(tiny_run_args(tiny_dataset, out, max_iters=2, hellaswag_interval=2, hellaswag_file=str(path),
-                                data_parallel=data_parallel, **COMMON), nproc=nproc, timeout=240)
+        # (GPT-2's vocabulary: HellaSwag's text becomes GPT-2 tokens)
+        run_train(tiny_run_args(tiny_dataset, out, max_iters=2, vocab_size=50304, hellaswag_interval=2,
+                                hellaswag_file=str(path), data_parallel=data_parallel, **COMMON), nproc=nproc, timeout=240)
         scores[data_parallel] = [(r["step"], r["count"], r["acc"], r["acc_norm"])
                                  for r in test_train.read_metrics(out, "hellaswag")]
     assert [row[:2] for row in scores["fsdp"]] == [(0, 5), (2, 5)]

@@ -13,7 +13,7 @@ import torch
 
 from conftest import REPO, free_port, run_train, step_weights, tiny_run_args
 
-COMMON = dict(vocab_size=128, micro_batch_size=4, lr_decay_iters=8, eval_interval=4, optimizer="mars")
+COMMON = dict(micro_batch_size=4, lr_decay_iters=8, eval_interval=4, optimizer="mars")
 
 
 def two_nodes(args: list[str]) -> None:

@@ -21,7 +21,8 @@ import slurm_cluster
 from checkpoint import load_model
 from conftest import PYTHON, REPO, run_train, tiny_run_args
 
-LONG = dict(vocab_size=128, max_iters=1500, eval_interval=500, log_interval=50)  # ~15 s of steps
+# ~5 s of steps: a signal sent at the first training row (step 10) comes while the run trains
+LONG = dict(max_iters=500, eval_interval=250, log_interval=10)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def weights(out: str) -> dict:
 
 def test_a_run_submitted_with_the_sbatch_script_finishes(cluster, tiny_dataset, tmp_path):
     out = str(tmp_path / "run")
-    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, vocab_size=128, max_iters=20))
+    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, max_iters=20))
     assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
     text = open(log).read()
     assert f"job {job} (restart 0)" in text and "step 20: saved" in text, text[-3000:]
@@ -129,7 +130,7 @@ def test_a_job_requeued_max_requeues_times_stops_named(cluster, tiny_dataset, tm
 def test_a_crashing_run_is_not_requeued(cluster, tiny_dataset, tmp_path):
     """A NaN loss (a learning rate of 1e6) stops the run with its error; the job fails and stays failed."""
     out = str(tmp_path / "run")
-    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, vocab_size=128, learning_rate=1e6,
+    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, learning_rate=1e6,
                                                        grad_clip=0.0, warmup_iters=0, max_iters=40))
     assert finished(cluster, job, log) == "FAILED"
     time.sleep(2)
@@ -157,7 +158,7 @@ def test_the_time_limit_signal_requeues_a_run_too_long_for_one_life(cluster, tin
     """--time=1 --signal=USR1@40: SLURM itself signals the run before its minute is up (its clock checks
     every ~30 s, so the signal comes 10-40 s early); the run saves and requeues, and a later life ends it."""
     out = str(tmp_path / "run")
-    args = tiny_run_args(tiny_dataset, out, vocab_size=128, max_iters=5000, eval_interval=1000, log_interval=250)
+    args = tiny_run_args(tiny_dataset, out, max_iters=5000, eval_interval=1000, log_interval=250)
     job, log = submit(cluster, tmp_path, args, "--time=1", "--signal=USR1@40")
     assert finished(cluster, job, log, timeout=420) == "COMPLETED", open(log).read()[-3000:]
     text = open(log).read()
@@ -200,7 +201,7 @@ def array_ended(cluster, output: str, runs: int) -> None:
 def test_a_sweep_runs_as_a_job_array_and_a_rerun_submits_only_what_is_missing(cluster, tiny_dataset, tmp_path):
     """2 learning rates x 2 seeds as one job array: 4 runs, whose table equals the same sweep run locally;
     a run's folder deleted, the rerun submits that run alone; then the rerun writes the table."""
-    base = [a for a in tiny_run_args(tiny_dataset, "unused", vocab_size=128, max_iters=6, eval_interval=3)
+    base = [a for a in tiny_run_args(tiny_dataset, "unused", max_iters=6, eval_interval=3)
             if not a.startswith(("--out_dir=", "--seed="))]
     local, remote = str(tmp_path / "local"), str(tmp_path / "remote")
     table = sweep_on(cluster, local, base, "--jobs", "2")

@@ -32,7 +32,7 @@ def load_weights(out_dir) -> dict:
 
 def test_training_lowers_loss_and_writes_outputs(tiny_dataset, tmp_path):
     out = str(tmp_path / "run")
-    run_train(tiny_run_args(tiny_dataset, out, max_iters=30, eval_interval=10))
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=30, eval_interval=10, vocab_size=50304))
     val = read_metrics(out, "val")
     assert [r["step"] for r in val] == [0, 10, 20, 30]
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 2.0  # starts near ln(50304) = 10.8
@@ -219,8 +219,8 @@ def test_hellaswag_in_the_loop(tiny_dataset, tmp_path):
     path = tmp_path / "hellaswag.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in examples))
     out = str(tmp_path / "run")
-    run_train(tiny_run_args(tiny_dataset, out, max_iters=4, hellaswag_interval=2, hellaswag_file=str(path),
-                            hellaswag_examples=5))
+    run_train(tiny_run_args(tiny_dataset, out, max_iters=4, vocab_size=50304, hellaswag_interval=2,  # (GPT-2 tokens)
+                            hellaswag_file=str(path), hellaswag_examples=5))
     rows = read_metrics(out, "hellaswag")
     assert [r["step"] for r in rows] == [0, 2, 4] and all(r["count"] == 5 for r in rows)
     assert all(0.0 <= r["acc_norm"] <= 1.0 and r["acc"] * 5 == round(r["acc"] * 5) for r in rows)
