@@ -450,7 +450,7 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
 
 
 def main(argv: list[str]) -> None:
-    keep_early_stop_signals()
+    keep_early_stop_signals()  # (again, for a script that imported train and calls main: from here on)
     with exit_on_input_error(ShardError, FileNotFoundError, FloatingPointError, PrepareError):
         cfg = load_config(argv)
         check_complete(cfg.data_path())  # an interrupted data.prepare: its shards hold part of the data

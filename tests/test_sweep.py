@@ -117,10 +117,10 @@ def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(sig, tiny_dataset, tmp_path
     checkpoint and stops, no other starts, and the sweep exits 128 + the signal saying how to resume."""
     folder = tmp_path / "sweep"
     endless = tiny(tiny_dataset, tmp_path, max_iters=100_000, eval_interval=100_000, log_interval=1)
-    # the real python3: its runs are then in its process group, which the test kills if the stop fails (a
-    # preloaded command's runs are children of the preload server, out of the group's reach)
-    # SIGINT at its default, as in a terminal's foreground: a shell starts a background job (`pytest ... &` in a
-    # script) with SIGINT ignored, and Python keeps an inherited ignore, so Ctrl-C would never reach the sweep
+    # The real python3, so that its runs are in its process group, which the test kills if the stop fails (a
+    # preloaded command's runs are children of the preload server, out of the group's reach); and SIGINT at
+    # its default, as in a terminal's foreground (a shell starts a background job, `pytest ... &` in a script,
+    # with SIGINT ignored, and Python keeps an inherited ignore: Ctrl-C would never reach the sweep).
     proc = subprocess.Popen(sweep_command(str(folder), *endless, "--seeds", "1,2", python=sys.executable),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
                             preexec_fn=functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL))
