@@ -19,7 +19,7 @@ import test_train
 import train
 from bench.gpu import TABLE_HEADER, VARIANTS
 from config import TrainConfig
-from conftest import REPO, run_train, tiny_run_args
+from conftest import PYTHON, REPO, run_train, tiny_run_args
 from model import GPT, GPTConfig
 from optim import MARS, OPTIMIZERS, build_optimizer
 from optim.muon import NS5_EPS
@@ -51,7 +51,7 @@ def on_cuda(stream: list) -> list:
 def test_gpu_benchmark_smoke_run_on_cpu():
     """`python -m bench.gpu --cpu-smoke` runs every optimizer of the registry through the benchmark's
     code path (tiny model, 2 steps, CPU) and prints its table."""
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu", "--cpu-smoke"], cwd=REPO, capture_output=True,
+    proc = subprocess.run([PYTHON, "-m", "bench.gpu", "--cpu-smoke"], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("$ python -m bench.gpu --cpu-smoke\n# ")  # the command and the machine

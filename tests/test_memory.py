@@ -30,7 +30,7 @@ import train
 from bench.memory import (
     RandomBatches, Run, memory, model_tensors, moment_items, paper_config, print_readme_tables, print_run,
 )
-from conftest import REPO
+from conftest import PYTHON, REPO, torchrun
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config, mini_recipes
 from parallel import parallelize
@@ -125,8 +125,7 @@ def measured(tmp_path_factory) -> dict:
     results = {}
     for nproc, layouts in RANKS.items():
         out = tmp_path_factory.mktemp("memory") / f"ranks{nproc}.pt"
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                        __file__, str(out), layouts], check=True, cwd=REPO, timeout=600,
+        subprocess.run([*torchrun(nproc), __file__, str(out), layouts], check=True, cwd=REPO, timeout=600,
                        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
         results[nproc] = torch.load(out, weights_only=True)
     return results
@@ -252,7 +251,7 @@ if __name__ == "__main__":  # torchrun: tests/test_memory.py OUT DATA_PARALLEL[,
 def test_state_the_model_cannot_scale_is_refused_by_name():
     """SOAP's statistics and bases are matrices sized by each side of a parameter, which the probe's
     small model cannot scale to GPT-2's: a named error, not a total that leaves them out."""
-    proc = subprocess.run([sys.executable, "-m", "bench.memory", "config/gpt2_small_soap.py", "--world_size", "8"],
+    proc = subprocess.run([PYTHON, "-m", "bench.memory", "config/gpt2_small_soap.py", "--world_size", "8"],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "does not model SOAP's state 'GG'" in proc.stderr and "total per GPU" not in proc.stdout

@@ -6,12 +6,11 @@ then one node of two ranks resumes the run, which ends bit for bit where a one-n
 
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO, free_port, run_train, step_weights, tiny_run_args
+from conftest import PYTHON, REPO, free_port, run_train, step_weights, tiny_run_args
 
 COMMON = dict(micro_batch_size=4, lr_decay_iters=8, eval_interval=4, optimizer="mars")
 
@@ -20,8 +19,8 @@ def two_nodes(args: list[str]) -> None:
     """train.py under two torchrun agents of one rank each, meeting at a c10d rendezvous."""
     endpoint = f"127.0.0.1:{free_port()}"
     agents = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-         f"--rdzv_endpoint={endpoint}", "--rdzv_id=multinode-test", str(REPO / "train.py"), *args],
+        [PYTHON, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         f"--rdzv_endpoint={endpoint}", "--rdzv_id=multinode-test", "--no-python", PYTHON, str(REPO / "train.py"), *args],
         cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)]
     outputs = [agent.communicate(timeout=300)[0] for agent in agents]
