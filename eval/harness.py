@@ -220,6 +220,32 @@ def known_tasks(names: list[str], task_manager: TaskManager) -> list[str]:
     return list(dict.fromkeys(tasks))
 
 
+def task_index(names: list[str], include_path: str | None) -> TaskManager:
+    """lm-eval's index of the tasks it knows: of include_path alone where that folder defines every task the
+    names stand for (indexing lm-eval's own 14,683 takes 13 s of CPU), else of lm-eval's and include_path's."""
+    if include_path is not None:
+        local = TaskManager(include_path=include_path, include_defaults=False)
+        if all(os.path.isfile(name) or defined_in(local, name) for name in names):
+            return local
+    return TaskManager(include_path=include_path)
+
+
+def defined_in(index: TaskManager, name: str) -> bool:
+    """Whether the index holds every task `name` stands for: a task, or a group whose members it holds too.
+    Not a tag: lm-eval's own tasks may carry it as well."""
+    matches = index.match_tasks([name])
+    for match in matches:
+        entry = index.task_index[match]
+        if entry.kind.name == "GROUP":
+            members = entry.cfg.get("task", [])
+            members = [members] if isinstance(members, (str, dict)) else members
+            if not all(isinstance(m, dict) or defined_in(index, m) for m in members):
+                return False
+        elif entry.kind.name not in ("TASK", "PY_TASK"):
+            return False
+    return bool(matches)
+
+
 def check_output(output: str) -> None:
     """Fail before the evaluation, not after it, where the results could not be written."""
     folder = os.path.dirname(os.path.abspath(output))
@@ -253,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
         output = args.output or results_path(args.checkpoint)
         check_output(output)
         names = task_names(args.tasks)
-        task_manager = TaskManager(include_path=args.include_path)
+        task_manager = task_index(names, args.include_path)
         tasks = known_tasks(names, task_manager)  # before the model is loaded
         limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
         try:

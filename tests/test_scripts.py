@@ -200,9 +200,9 @@ def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
     jsonl = tmp_path / "hellaswag.jsonl"
     jsonl.write_text("".join(json.dumps(example) + "\n" for example in HELLASWAG_EXAMPLES))
     task_dir = write_task_yaml(tmp_path / "tasks", str(jsonl), "hellaswag")
+    env = dict(os.environ, DRY_RUN="1", TASKS="hellaswag", PATH=f"{PRELOADED_BIN}:{os.environ['PATH']}")
     proc = subprocess.run(["bash", str(REPO / "scripts" / "eval_downstream.sh"), run_dir, "--include_path", task_dir],
-                          env=dict(os.environ, DRY_RUN="1", TASKS="hellaswag"), capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+                          env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     check_ok(proc)
     with open(os.path.join(run_dir, "ckpt_lm_eval.json")) as f:
         accuracy = json.load(f)["results"]["hellaswag"]["acc_norm,none"]

@@ -20,6 +20,7 @@ import torch
 import slurm_cluster
 from checkpoint import load_model
 from conftest import PYTHON, REPO, run_train, tiny_run_args
+from scripts import sweep
 
 # ~5 s of steps: a signal sent at the first training row (step 10) comes while the run trains
 LONG = dict(max_iters=500, eval_interval=250, log_interval=10)
@@ -181,11 +182,13 @@ def test_a_paper_run_script_submits_itself_with_slurm_1(cluster, tiny_dataset, t
     assert os.path.exists(tmp_path / "runs" / "dry_run" / "gpt2_small_mars" / "ckpt_0000002.pt")
 
 
+GRID = ["--grid", "learning_rate=1e-3,3e-3", "--seeds", "1,2"]
+
+
 def sweep_on(cluster, folder: str, base: list[str], *options: str) -> str:
-    """python -m scripts.sweep FOLDER BASE --grid learning_rate=1e-3,3e-3 --seeds 1,2 OPTIONS; its output."""
-    proc = subprocess.run([PYTHON, "-m", "scripts.sweep", folder, *base, "--grid", "learning_rate=1e-3,3e-3",
-                           "--seeds", "1,2", *options], env=cluster.env, cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    """python -m scripts.sweep FOLDER BASE GRID OPTIONS; its output."""
+    proc = subprocess.run([PYTHON, "-m", "scripts.sweep", folder, *base, *GRID, *options], env=cluster.env, cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -198,13 +201,16 @@ def array_ended(cluster, output: str, runs: int) -> None:
              f"job array {match[1]}")
 
 
-def test_a_sweep_runs_as_a_job_array_and_a_rerun_submits_only_what_is_missing(cluster, tiny_dataset, tmp_path):
+def test_a_sweep_runs_as_a_job_array_and_a_rerun_submits_only_what_is_missing(cluster, tiny_dataset, tmp_path,
+                                                                              monkeypatch):
     """2 learning rates x 2 seeds as one job array: 4 runs, whose table equals the same sweep run locally;
     a run's folder deleted, the rerun submits that run alone; then the rerun writes the table."""
     base = [a for a in tiny_run_args(tiny_dataset, "unused", max_iters=6, eval_interval=3)
             if not a.startswith(("--out_dir=", "--seed="))]
     local, remote = str(tmp_path / "local"), str(tmp_path / "remote")
-    table = sweep_on(cluster, local, base, "--jobs", "2")
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "executable", PYTHON)  # the local runs start with the preloaded python3 (conftest)
+    table = sweep.main([local, *base, *GRID, "--jobs", "2"])
     array_ended(cluster, sweep_on(cluster, remote, base, "--slurm=--cpus-per-task=1"), runs=4)
 
     def rows(text: str) -> list[str]:
