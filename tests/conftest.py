@@ -82,7 +82,7 @@ def pytest_configure(config) -> None:
 # group, and every user of two_ranks (one launch for the whole session) is one group. The other tests go to
 # whichever worker is free. Groups start longest first (as measured), so that none is left for the end.
 LONGEST_GROUPS_FIRST = ["tests/test_slurm.py", "tests/test_resume_matrix.py", "tests/test_scripts.py", "two_ranks",
-                        "tests/test_fsdp.py", "tests/test_memory.py", "tests/test_entrypoint_errors.py"]
+                        "tests/test_memory.py", "tests/test_entrypoint_errors.py"]
 
 
 def shared_fixture_group(item) -> str | None:

@@ -12,24 +12,21 @@ sample.py.
 import dataclasses
 import json
 import os
-import socket
 
 import lm_eval
 import pytest
 import torch
-import torch.multiprocessing as mp
 from lm_eval.api.instance import Instance
 
 import sample
 from checkpoint import load_model
-from conftest import run_train, tiny_run_args
+from conftest import run_train, scenario_result, tiny_run_args
 from data.tokenizer import EOT_TOKEN, get_encoding
 from eval import export_hf, harness, hellaswag
 from eval.harness import GPTLM
 from eval.hellaswag import evaluate_hellaswag, load_hellaswag, preprocess, query_choices_gold, score_examples
 from eval.scoring import encode, score_continuations, split_context_continuation
 from model import GPT, GPTConfig
-from runtime import close_runtime, join_process_group
 
 NO_AUTOCAST = torch.autocast("cpu", enabled=False)
 LM_EVAL_HELLASWAG_YAML = os.path.join(os.path.dirname(lm_eval.__file__), "tasks", "hellaswag", "hellaswag.yaml")
@@ -256,21 +253,35 @@ def test_harness_registration_keeps_builtin_models():
     assert "hf" in model_registry and "vllm" in model_registry
 
 
-def _ddp_worker(rank: int, world_size: int, port: int, checkpoint: str, jsonl: str, results: dict) -> None:
-    join_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    """For conftest.two_ranks: HellaSwag scored by 2 ranks, each its share of the examples."""
+    return [("eval_sharded_hellaswag", "test_eval:sharded_hellaswag", dict(folder=str(folder / "eval_sharded")))]
+
+
+def sharded_hellaswag(rt, folder: str) -> dict:
+    """Rank 0 writes a checkpoint and the examples into folder; every rank scores its share; each rank's result."""
+    from ranks import on_main_rank
+
+    checkpoint, jsonl = os.path.join(folder, "ckpt.pt"), os.path.join(folder, "hellaswag_val.jsonl")
+
+    def write() -> None:
+        os.makedirs(folder)
+        save_checkpoint(tiny_gpt(), checkpoint)
+        with open(jsonl, "w") as f:
+            f.write("".join(json.dumps(example) + "\n" for example in HELLASWAG_EXAMPLES))
+
+    on_main_rank(rt, write)
     model, _ = load_model(checkpoint)
-    results[rank] = evaluate_hellaswag(model, load_hellaswag(jsonl), "cpu", NO_AUTOCAST, 4, rank, world_size)
-    close_runtime()
+    mine = evaluate_hellaswag(model, load_hellaswag(jsonl), "cpu", NO_AUTOCAST, 4, rt.rank, rt.world_size)
+    results = [None] * rt.world_size
+    torch.distributed.all_gather_object(results, mine)
+    return dict(checkpoint=checkpoint, jsonl=jsonl, results=results)
 
 
-def test_ddp_sharded_evaluation_equals_single_process(checkpoint, hellaswag_jsonl):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    results = mp.Manager().dict()
-    mp.spawn(_ddp_worker, args=(2, port, checkpoint, hellaswag_jsonl, results), nprocs=2)
-    single = builtin_result(checkpoint, hellaswag_jsonl)
-    assert results[0] == results[1] == single
+def test_ddp_sharded_evaluation_equals_single_process(two_ranks):
+    sharded = scenario_result(two_ranks, "eval_sharded_hellaswag")
+    single = builtin_result(sharded["checkpoint"], sharded["jsonl"])
+    assert sharded["results"] == [single, single]
 
 
 # ----------------------------------------------------------------- harness: rolling, generation
