@@ -7,9 +7,11 @@ requeued max_requeues times stops, named; a crashing run is never requeued. Skip
 installed (.ci/run installs it and sets REQUIRE_SLURM, which turns the skip into a failure).
 """
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -155,16 +157,54 @@ def test_two_ranks_started_by_srun_both_stop_save_once_and_requeue_once(cluster,
     assert '"world_size": 2' in open(os.path.join(out, "config.json")).read()
 
 
+def training_process(out: str) -> int | None:
+    """The pid of the python process that srun started to train into out (from /proc: its command line)."""
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:  # exited meanwhile
+            continue
+        if os.path.basename(argv[0]).startswith(b"python") and f"--out_dir={out}".encode() in argv:
+            return int(entry)
+    return None
+
+
+def waiting_or_gone(pid: int, signum: int) -> bool:
+    """Whether the signal waits to be delivered to the (stopped) process, or the process has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            masks = [int(line.split()[1], 16) for line in f if line.startswith(("SigPnd:", "ShdPnd:"))]
+    except OSError:
+        return True
+    return any(mask >> (signum - 1) & 1 for mask in masks)
+
+
 def test_the_time_limit_signal_requeues_a_run_too_long_for_one_life(cluster, tiny_dataset, tmp_path):
     """--time=1 --signal=USR1@40: SLURM itself signals the run before its minute is up (its clock checks
-    every ~30 s, so the signal comes 10-40 s early); the run saves and requeues, and a later life ends it."""
+    every ~30 s, so the signal comes 10-40 s early, at most 50 s into the job); the run saves and requeues,
+    and a later life ends it. The run is too long for its life without burning the minute's CPU: stopped
+    (SIGSTOP, as a step that takes long) once it trains, and continued when SLURM's USR1 waits for it (or
+    50 s into the job, if it came just before the stop)."""
     out = str(tmp_path / "run")
-    args = tiny_run_args(tiny_dataset, out, max_iters=5000, eval_interval=1000, log_interval=250)
+    args = tiny_run_args(tiny_dataset, out, max_iters=600, eval_interval=300, log_interval=10)
+    submitted = time.time()
     job, log = submit(cluster, tmp_path, args, "--time=1", "--signal=USR1@40")
-    assert finished(cluster, job, log, timeout=420) == "COMPLETED", open(log).read()[-3000:]
+    wait_for(training(out), 120, "training", cluster, job, log)
+    pid = training_process(out)  # (None if the signal came first and the run has stopped already)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: waiting_or_gone(pid, signal.SIGUSR1) or time.time() > submitted + 50, 120,
+                     "SLURM's USR1", cluster, job, log)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert finished(cluster, job, log, timeout=300) == "COMPLETED", open(log).read()[-3000:]
     text = open(log).read()
     assert "stopped by SIGUSR1" in text and f"requeued SLURM job {job}" in text and "resuming" in text, text[-3000:]
-    assert int(cluster.job_field(job, "Restarts")) >= 1 and os.path.exists(os.path.join(out, "ckpt_0005000.pt"))
+    assert int(cluster.job_field(job, "Restarts")) >= 1 and os.path.exists(os.path.join(out, "ckpt_0000600.pt"))
 
 
 def test_a_paper_run_script_submits_itself_with_slurm_1(cluster, tiny_dataset, tmp_path):
