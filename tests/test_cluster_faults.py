@@ -297,6 +297,7 @@ def test_a_second_run_in_the_same_out_dir_is_refused_while_the_first_runs(tiny_d
             assert time.time() < deadline, "the first run never logged"
             time.sleep(0.2)
         assert first.poll() is None, first.communicate()[1][-3000:]
+        first.send_signal(signal.SIGSTOP)  # (it holds out_dir stopped as running, with no CPU while the second starts)
         if flock_error:
             owner = json.load(open(os.path.join(out, OWNER)))
             assert (owner["pid"], owner["host"]) == (first.pid, host), owner
@@ -304,6 +305,7 @@ def test_a_second_run_in_the_same_out_dir_is_refused_while_the_first_runs(tiny_d
         fix = f"delete {os.path.join(out, OWNER)} and start again" if flock_error else "choose another out_dir"
         assert_named_error(second, f"{out} is in use by another run (pid {first.pid} on {host}", fix)
     finally:
+        first.send_signal(signal.SIGCONT)
         first.send_signal(signal.SIGTERM)  # preemption: the first run saves and stops
         _, stderr = first.communicate(timeout=120)
     assert first.returncode == 128 + signal.SIGTERM, stderr[-3000:]
