@@ -1,9 +1,9 @@
 """
 train.py under a real SLURM (tests/slurm_cluster.py starts a one-node cluster; no mock): a tiny run
 submitted with scripts/slurm/train.sbatch finishes; the requeue signal (scancel --signal=USR1, as a
-preemption sends it) saves, requeues the job and the job's second life resumes and ends bit for bit where
-an uninterrupted run ends; two ranks started by srun both receive it and save one checkpoint; a job
-requeued max_requeues times stops, named; a crashing run is never requeued. Skipped where SLURM is not
+preemption sends it) reaches both ranks that srun started, which save one checkpoint and requeue the job
+once, and the job's second life resumes and ends bit for bit where an uninterrupted run ends; so does the
+time limit's; a job requeued max_requeues times stops, named; a crashing run is never requeued. Skipped where SLURM is not
 installed (.ci/run installs it and sets REQUIRE_SLURM, which turns the skip into a failure).
 """
 
@@ -90,20 +90,26 @@ def test_a_run_submitted_with_the_sbatch_script_finishes(cluster, tiny_dataset, 
     assert os.path.exists(os.path.join(out, "ckpt_0000020.pt")) and cluster.job_field(job, "Restarts") == "0"
 
 
-def test_the_requeue_signal_saves_requeues_and_the_job_resumes_bit_for_bit(cluster, tiny_dataset, tmp_path):
-    """scancel --signal=USR1 (a preemption): the run saves, requeues its own job and exits; its second life
-    resumes (--init_from=auto) and finishes where an uninterrupted run (one thread, as the job's) does."""
+def test_the_requeue_signal_reaches_both_srun_ranks_which_save_requeue_once_and_resume_bit_for_bit(
+        cluster, tiny_dataset, tmp_path):
+    """scancel --signal=USR1 (a preemption) to a job of two ranks that srun starts (--ntasks-per-node=2, no
+    torchrun: they join one gloo group from SLURM's variables): both stop, one checkpoint, the job requeued
+    once by itself, and its second life resumes (--init_from=auto) and finishes where an uninterrupted run
+    of two ranks (one thread each, as the job's) does."""
     out, straight = str(tmp_path / "run"), str(tmp_path / "straight")
-    args = tiny_run_args(tiny_dataset, out, **LONG)
-    job, log = submit(cluster, tmp_path, args)
+    args = tiny_run_args(tiny_dataset, out, micro_batch_size=4, **LONG)
+    job, log = submit(cluster, tmp_path, args, "--ntasks-per-node=2")
     wait_for(training(out), 120, "training", cluster, job, log)
     cluster.run("scancel", "--signal=USR1", job)
     assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
     text = open(log).read()
-    assert "stopped by SIGUSR1" in text and f"requeued SLURM job {job} (requeue 1 of at most 20)" in text, text[-3000:]
+    first_life = text.split(f"job {job} (restart 1)")[0]
+    assert first_life.count("stopped by SIGUSR1") == 1 and first_life.count(": saved ") >= 1, first_life[-3000:]
+    assert f"requeued SLURM job {job} (requeue 1 of at most 20)" in text, text[-3000:]
+    assert text.count(f"requeued SLURM job {job}") == 1 and cluster.job_field(job, "Restarts") == "1"
     assert f"job {job} (restart 1)" in text and "resuming" in text, text[-3000:]
-    assert cluster.job_field(job, "Restarts") == "1"
-    run_train(tiny_run_args(tiny_dataset, straight, **LONG))
+    assert '"world_size": 2' in open(os.path.join(out, "config.json")).read()
+    run_train(tiny_run_args(tiny_dataset, straight, micro_batch_size=4, **LONG), nproc=2)
     a, b = weights(straight), weights(out)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -139,22 +145,6 @@ def test_a_crashing_run_is_not_requeued(cluster, tiny_dataset, tmp_path):
     time.sleep(2)
     assert cluster.job_state(job) == "FAILED" and cluster.job_field(job, "Restarts") == "0"
     assert "training loss is" in open(log).read()
-
-
-def test_two_ranks_started_by_srun_both_stop_save_once_and_requeue_once(cluster, tiny_dataset, tmp_path):
-    """--ntasks-per-node=2: srun starts train.py twice (no torchrun), which join one gloo group from SLURM's
-    variables; scancel --signal=USR1 reaches both; one checkpoint, one requeue, and the job finishes."""
-    out = str(tmp_path / "run")
-    args = tiny_run_args(tiny_dataset, out, micro_batch_size=4, **LONG)
-    job, log = submit(cluster, tmp_path, args, "--ntasks-per-node=2")
-    wait_for(training(out), 120, "training", cluster, job, log)
-    cluster.run("scancel", "--signal=USR1", job)
-    assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
-    text = open(log).read()
-    first_life = text.split(f"job {job} (restart 1)")[0]
-    assert first_life.count("stopped by SIGUSR1") == 1 and first_life.count(": saved ") >= 1, first_life[-3000:]
-    assert text.count(f"requeued SLURM job {job}") == 1 and cluster.job_field(job, "Restarts") == "1"
-    assert '"world_size": 2' in open(os.path.join(out, "config.json")).read()
 
 
 def training_process(out: str) -> int | None:
