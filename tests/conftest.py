@@ -64,15 +64,19 @@ def start_preloaded_python() -> tuple[str, subprocess.Popen]:
 # PYTHON is python3 for the commands the tests run: forked from one preloaded server (tests/preload.py) where
 # that is the same as a fresh interpreter, else the real one. PRELOADED_BIN first on PATH does the same for
 # the python3 and torchrun that scripts/*.sh call. Set when pytest starts (a rank of tests/ranks.py, which
-# imports test modules and so this one, starts no server of its own).
+# imports test modules and so this one, starts no server of its own); under pytest-xdist (-n N) the
+# controller starts the one server, and its workers, started after, find its clients in SHARED_PRELOADED_BIN.
 PRELOADED_BIN, PRELOAD_SERVER, PYTHON = "", None, sys.executable
+SHARED_PRELOADED_BIN = "TESTS_PRELOADED_BIN"
 
 
 def pytest_configure(config) -> None:
     global PRELOADED_BIN, PRELOAD_SERVER, PYTHON
-    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
-        return  # pytest-xdist's controller (-n N) runs no test: each worker starts its own server
-    PRELOADED_BIN, PRELOAD_SERVER = start_preloaded_python()
+    if hasattr(config, "workerinput") and os.environ.get(SHARED_PRELOADED_BIN):
+        PRELOADED_BIN = os.environ[SHARED_PRELOADED_BIN]
+    else:
+        PRELOADED_BIN, PRELOAD_SERVER = start_preloaded_python()
+        os.environ[SHARED_PRELOADED_BIN] = PRELOADED_BIN
     PYTHON = f"{PRELOADED_BIN}/python3"
 
 
