@@ -275,6 +275,8 @@ def test_every_variant_sharded_ends_where_ddp_and_one_process_end(matrix, varian
     root, _ = matrix
     one = final_weights(os.path.join(root, variant, "one"))
     assert relative_difference(one, initial_weights(variant)) > 1e-3  # the runs moved
+    with open(os.path.join(root, variant, "fsdp4", "config.json")) as f:
+        assert json.load(f)["config"]["activation_checkpointing"]
     one, one_diagnostics = without_key_bias(one), last_diagnostics(os.path.join(root, variant, "one"))
     assert {"update_rms", "weight_rms", "grad_norm"} <= one_diagnostics.keys(), one_diagnostics
     for run, tolerance in AGAINST_ONE_PROCESS.items():

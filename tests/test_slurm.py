@@ -103,11 +103,13 @@ def test_the_requeue_signal_reaches_both_srun_ranks_which_save_requeue_once_and_
     cluster.run("scancel", "--signal=USR1", job)
     assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
     text = open(log).read()
-    first_life = text.split(f"job {job} (restart 1)")[0]
+    assert text.count(f"job {job} (restart 1)") == 1, text[-3000:]
+    first_life, second_life = text.split(f"job {job} (restart 1)")
     assert first_life.count("stopped by SIGUSR1") == 1 and first_life.count(": saved ") >= 1, first_life[-3000:]
+    stopped = re.search(r"stopped by SIGUSR1 at step (\d+)", first_life)[1]
+    assert re.search(rf"resuming \S+ at step {stopped}\b", second_life), second_life[-3000:]
     assert f"requeued SLURM job {job} (requeue 1 of at most 20)" in text, text[-3000:]
     assert text.count(f"requeued SLURM job {job}") == 1 and cluster.job_field(job, "Restarts") == "1"
-    assert f"job {job} (restart 1)" in text and "resuming" in text, text[-3000:]
     assert '"world_size": 2' in open(os.path.join(out, "config.json")).read()
     run_train(tiny_run_args(tiny_dataset, straight, micro_batch_size=4, **LONG), nproc=2)
     a, b = weights(straight), weights(out)
