@@ -109,9 +109,11 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # (stable: otherwise collection order)
 
 
-def torchrun(nproc: int) -> list[str]:
-    """The command line before a script that torchrun runs on nproc local ranks (each rank preloaded)."""
-    return [PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--no-python", PYTHON]
+def torchrun(nproc: int, *rendezvous: str) -> list[str]:
+    """The command line before a script that torchrun runs on nproc local ranks (each rank preloaded), meeting
+    at the rendezvous its options say (one node's, --standalone, when none)."""
+    return [PYTHON, "-m", "torch.distributed.run", *(rendezvous or ["--standalone"]), f"--nproc_per_node={nproc}",
+            "--no-python", PYTHON]
 
 # A model small enough that a train.py run takes seconds on CPU.
 TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--bias=True"]

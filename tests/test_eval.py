@@ -83,11 +83,16 @@ def byte_checkpoint(tmp_path_factory) -> str:
     return save_checkpoint(model, str(tmp_path_factory.mktemp("bytes") / "ckpt.pt"), tokenizer="bytes")
 
 
+def write_hellaswag_jsonl(path: str) -> str:
+    """HELLASWAG_EXAMPLES as a HellaSwag jsonl file at path; returns path."""
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(example) + "\n" for example in HELLASWAG_EXAMPLES))
+    return path
+
+
 @pytest.fixture(scope="module")
 def hellaswag_jsonl(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("data") / "hellaswag_val.jsonl"
-    path.write_text("".join(json.dumps(example) + "\n" for example in HELLASWAG_EXAMPLES))
-    return str(path)
+    return write_hellaswag_jsonl(str(tmp_path_factory.mktemp("data") / "hellaswag_val.jsonl"))
 
 
 def write_task_yaml(folder, jsonl: str, task: str) -> str:
@@ -267,8 +272,7 @@ def sharded_hellaswag(rt, folder: str) -> dict:
     def write() -> None:
         os.makedirs(folder)
         save_checkpoint(tiny_gpt(), checkpoint)
-        with open(jsonl, "w") as f:
-            f.write("".join(json.dumps(example) + "\n" for example in HELLASWAG_EXAMPLES))
+        write_hellaswag_jsonl(jsonl)
 
     on_main_rank(rt, write)
     model, _ = load_model(checkpoint)

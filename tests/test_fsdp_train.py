@@ -128,7 +128,8 @@ def test_hellaswag_in_the_loop_sharded_scores_as_one_process(tiny_dataset, tmp_p
         out = str(tmp_path / data_parallel)
         # (GPT-2's vocabulary: HellaSwag's text becomes GPT-2 tokens)
         run_train(tiny_run_args(tiny_dataset, out, max_iters=2, vocab_size=50304, hellaswag_interval=2,
-                                hellaswag_file=str(path), data_parallel=data_parallel, **COMMON), nproc=nproc, timeout=240)
+                                hellaswag_file=str(path), data_parallel=data_parallel, **COMMON),
+                  nproc=nproc, timeout=240)
         scores[data_parallel] = [(r["step"], r["count"], r["acc"], r["acc_norm"])
                                  for r in test_train.read_metrics(out, "hellaswag")]
     assert [row[:2] for row in scores["fsdp"]] == [(0, 5), (2, 5)]

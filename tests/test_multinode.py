@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import PYTHON, REPO, free_port, run_train, step_weights, tiny_run_args
+from conftest import REPO, free_port, run_train, step_weights, tiny_run_args, torchrun
 
 COMMON = dict(micro_batch_size=4, lr_decay_iters=8, eval_interval=4, optimizer="mars")
 
@@ -18,11 +18,11 @@ COMMON = dict(micro_batch_size=4, lr_decay_iters=8, eval_interval=4, optimizer="
 def two_nodes(args: list[str]) -> None:
     """train.py under two torchrun agents of one rank each, meeting at a c10d rendezvous."""
     endpoint = f"127.0.0.1:{free_port()}"
-    agents = [subprocess.Popen(
-        [PYTHON, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-         f"--rdzv_endpoint={endpoint}", "--rdzv_id=multinode-test", "--no-python", PYTHON, str(REPO / "train.py"), *args],
-        cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for _ in range(2)]
+    launcher = torchrun(1, "--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}",
+                        "--rdzv_id=multinode-test")
+    agents = [subprocess.Popen([*launcher, str(REPO / "train.py"), *args], cwd=REPO, text=True,
+                               env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT) for _ in range(2)]
     outputs = [agent.communicate(timeout=300)[0] for agent in agents]
     for agent, output in zip(agents, outputs):
         assert agent.returncode == 0, output[-3000:]

@@ -25,7 +25,7 @@ def test_quickstart_corpus_and_a_short_training(tmp_path):
     proc = run_train([str(REPO / "config" / "quickstart.py"), f"--data_dir={data}", f"--out_dir={tmp_path / 'out'}",
                       "--max_iters=20", "--eval_interval=20", "--log_interval=10", "--sample_tokens=20",
                       "--micro_batch_size=4", "--total_batch_size=512", "--warmup_iters=5",
-                      "--eval_sequences=16"])  # (the config's 128 are 32 forwards of GPT-2's 50304 logits an evaluation)
+                      "--eval_sequences=16"])  # (the config's 128: 32 forwards of GPT-2's 50304 logits an evaluation)
     val_lines = [line for line in proc.stdout.splitlines() if "val loss" in line]
     first, last = (float(line.split()[-1]) for line in (val_lines[0], val_lines[-1]))
     assert last < first - 2.0

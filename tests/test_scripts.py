@@ -193,13 +193,12 @@ def test_mini_paper_reports_every_optimizer(dry_runs):
 
 
 def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
-    from test_eval import HELLASWAG_EXAMPLES, write_task_yaml
+    from test_eval import write_hellaswag_jsonl, write_task_yaml
 
     _, out_root = dry_runs["run_mars_small.sh"]
     run_dir = os.path.join(out_root, "gpt2_small_mars")
-    jsonl = tmp_path / "hellaswag.jsonl"
-    jsonl.write_text("".join(json.dumps(example) + "\n" for example in HELLASWAG_EXAMPLES))
-    task_dir = write_task_yaml(tmp_path / "tasks", str(jsonl), "hellaswag")
+    jsonl = write_hellaswag_jsonl(str(tmp_path / "hellaswag.jsonl"))
+    task_dir = write_task_yaml(tmp_path / "tasks", jsonl, "hellaswag")
     env = dict(os.environ, DRY_RUN="1", TASKS="hellaswag", PATH=f"{PRELOADED_BIN}:{os.environ['PATH']}")
     proc = subprocess.run(["bash", str(REPO / "scripts" / "eval_downstream.sh"), run_dir, "--include_path", task_dir],
                           env=env, capture_output=True, text=True, timeout=600, cwd=REPO)

@@ -3,8 +3,8 @@ train.py under a real SLURM (tests/slurm_cluster.py starts a one-node cluster; n
 submitted with scripts/slurm/train.sbatch finishes; the requeue signal (scancel --signal=USR1, as a
 preemption sends it) reaches both ranks that srun started, which save one checkpoint and requeue the job
 once, and the job's second life resumes and ends bit for bit where an uninterrupted run ends; so does the
-time limit's; a job requeued max_requeues times stops, named; a crashing run is never requeued. Skipped where SLURM is not
-installed (.ci/run installs it and sets REQUIRE_SLURM, which turns the skip into a failure).
+time limit's; a job requeued max_requeues times stops, named; a crashing run is never requeued. Skipped
+where SLURM is not installed (.ci/run installs it and sets REQUIRE_SLURM, which turns the skip into a failure).
 """
 
 import contextlib
