@@ -4,11 +4,13 @@ step, the update and weight RMS after it), on sharded parameters of a 12-layer G
 
     torchrun --standalone --nproc_per_node=2 -m bench.diagnostics
 
-Prints rank 0's CPU milliseconds for one log step's diagnostics. Measured 2026-11-26 on the 2-core CPU machine:
-31.8 ms with foreach ops on the DTensors (each one through DTensor's sharding propagation), 23-26 ms on each
-rank's local blocks.
+Prints rank 0's CPU milliseconds for one log step's diagnostics (the median of 200). Measured 2026-11-26 on the
+2-core CPU machine, three runs each, interleaved: 26.3-28.4 ms with foreach ops on the DTensors (each through
+DTensor's sharding propagation), 25.7-27.3 ms on each rank's local blocks: within the runs' spread on CPU,
+where the all-reduces and the copies dominate.
 """
 
+import statistics
 import time
 
 import torch
@@ -21,7 +23,7 @@ from optim.routing import parameter_kinds
 from parallel import parallelize
 from runtime import Runtime, close_runtime, join_process_group
 
-REPEATS = 20
+REPEATS = 200
 
 if __name__ == "__main__":
     join_process_group("gloo")
@@ -37,12 +39,14 @@ if __name__ == "__main__":
     for _ in range(3):  # warm-up
         update_and_weight_rms(kinds, weights_before_step(kinds))
     dist.barrier()
-    start = time.process_time()
+    times = []
     for _ in range(REPEATS):
+        start = time.process_time()
         update_and_weight_rms(kinds, weights_before_step(kinds))
+        times.append(time.process_time() - start)
     dist.barrier()
     if rt.is_main:
-        milliseconds = 1000 * (time.process_time() - start) / REPEATS
-        print(f"{sum(len(p) for p in kinds.values())} sharded tensors over {rt.world_size} ranks: "
+        milliseconds = 1000 * statistics.median(times)
+        print(f"{sum(len(params) for params in kinds.values())} sharded tensors over {rt.world_size} ranks: "
               f"{milliseconds:.1f} ms of CPU a log step's diagnostics")
     close_runtime()
