@@ -23,6 +23,9 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # (no network here: fail at once, not after retries)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # a thread per process the tests start (two cores, and ranks share them)
+# torch.cuda.is_available() through NVML, not the CUDA driver: a process that asked the driver cannot fork a child
+# that uses CUDA, and tests/preload.py forks the commands the tests run from a server that asked.
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 # One inductor and FX-graph cache for the whole test run, inherited by every process a test starts: a kernel
 # compiled by one test (or train.py run) is loaded by the next. A folder of the run's own, so that a run's
 # time says what a fresh machine pays (torch's default, /tmp/torchinductor_<user>, outlives runs).

@@ -186,6 +186,16 @@ def exit_as_python(status: int) -> None:
     os._exit(status & 0xFF)
 
 
+def fork_can_use_cuda() -> bool:
+    """Whether a child forked now may use CUDA (on a machine without CUDA: True, it never will)."""
+    import torch
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
 def serve(server_socket: str) -> None:
     import importlib
 
@@ -194,6 +204,10 @@ def serve(server_socket: str) -> None:
     server_env = dict(os.environ)
     for module in PRELOADED:
         importlib.import_module(module)
+    # A child forked after the CUDA driver was first asked anything cannot use CUDA (torch refuses: "Cannot
+    # re-initialize CUDA in forked subprocess"), and on a GPU machine some import asks it. Where a forked child
+    # finds itself so, every command runs the real python3.
+    forks_can_use_cuda = fork_can_use_cuda()
     # The imports' objects out of the collector's reach: a forked child's full collection (train.py's at the end
     # of a run, ranks.py's between scenarios) would otherwise walk all of them and copy every page it touches
     # (0.27 s of CPU a child, 0.015 frozen)
@@ -217,7 +231,7 @@ def serve(server_socket: str) -> None:
                     request += conn.recv(length - len(request))
                 request = json.loads(request)
                 argv, env = as_command(request["argv"], request["env"])
-                if runnable(argv, request["cwd"], env, server_env, set_by_imports):
+                if forks_can_use_cuda and runnable(argv, request["cwd"], env, server_env, set_by_imports):
                     pid = os.fork()
                     if pid == 0:  # the child: none of the server's sockets, then the command
                         selector.close()

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU issue's measurements on one lent GPU, in stages, each bounded so that the whole fits one call of
+# the device tool (10 minutes) and leaves what it measured under $OUT even if a later stage runs out:
+#
+#   bash bench/gpu_round.sh mfu nanogpt tests     # stages, in the order given
+#
+#   env      the GPU, its clocks, the torch and library versions, the preloaded import that initialises CUDA
+#   mfu      GPT-2 small, AdamW, bench.gpu, one process per variant of $MFU_VARIANTS (';'-separated bench.gpu
+#            options; default: micro-batch 16 profiled with its Chrome trace, 32, 64, and 32 on FlashAttention-2
+#            instead of torch's choice, cuDNN's), each profiled: where a step's time goes, by kind of kernel
+#   autotune micro-batch 32 with inductor's max-autotune (its own matrix kernels, epilogues fused)
+#   alone    the optimizer step alone (fused AdamW against MARS-AdamW, CUDA events, 100 repeats; kernel time from torch.profiler), twice
+#   nanogpt  nanoGPT's own train.py at the same shape and micro-batch 16 (bench.nanogpt; .gpu/nanogpt)
+#   tests    tests/test_cuda.py on 8 pytest-xdist workers, for at most $TESTS_S seconds (default: what is left)
+#
+# Wheels the GPU image lacks travel in .whl/ (datasets, lm-eval, schedulefree, ...), GPT-2's BPE in
+# .gpu/tiktoken; BUDGET is the seconds the stages may use in all.
+set -u
+OUT=${OUT:-/tmp/gpu_round}
+mkdir -p "$OUT"
+BUDGET=${BUDGET:-570}
+left() { echo $((BUDGET - SECONDS)); }
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+fi
+export TIKTOKEN_CACHE_DIR=$PWD/.gpu/tiktoken PYTHONUNBUFFERED=1
+
+bench_gpu() {  # one bench.gpu process: GPT-2 small, AdamW, 20 measured steps, no optimizer-alone comparison
+    timeout "$1" python3 -m bench.gpu --models small --optimizers adamw --memory-only "" --steps 20 --warmup 3 \
+        --alone-repeats 0 "${@:2}" 2>>"$OUT/mfu.err" | tee -a "$OUT/mfu.txt"
+}
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
+        --format=csv
+    python3 -c "import torch, triton, pyarrow, datasets, lm_eval, schedulefree, sys
+print('torch', torch.__version__, 'triton', triton.__version__, 'pyarrow', pyarrow.__version__, 'python', sys.version.split()[0])
+print('cudnn', torch.backends.cudnn.version(), 'cudnn sdpa', torch.backends.cuda.cudnn_sdp_enabled())"
+    for nvml in ${NVML_CHECKS:-0 1}; do  # which preloaded import leaves a forked child unable to use CUDA (tests/preload.py)
+        PYTORCH_NVML_BASED_CUDA_CHECK=$nvml python3 -c "import importlib, sys
+sys.path[:0] = ['.', 'tests']
+from preload import PRELOADED, fork_can_use_cuda
+for name in PRELOADED:
+    importlib.import_module(name)
+    if not fork_can_use_cuda():
+        print('NVML check $nvml: forked children cannot use CUDA after importing', name); break
+else:
+    print('NVML check $nvml: forked children can use CUDA after every preloaded import')"
+    done
+} 2>&1 | tee "$OUT/env.txt"
+
+for stage in "$@"; do
+    echo "=== $stage ($(left) s left)"
+    case $stage in
+    mfu)
+        IFS=';' read -ra variants <<< "${MFU_VARIANTS:---micro-batch 16 --trace-dir $OUT;--micro-batch 32;--micro-batch 64;--micro-batch 32 --sdpa flash}"
+        for variant in "${variants[@]}"; do
+            [ "$(left)" -gt 100 ] || { echo "skipped: $variant (time)" | tee -a "$OUT/mfu.txt"; continue; }
+            bench_gpu 120 $variant --profile-steps 3
+        done
+        gzip -f "$OUT"/trace_*.json 2>/dev/null ;;
+    autotune)
+        bench_gpu "$(($(left) - 10))" --micro-batch 32 --compile-mode max-autotune-no-cudagraphs --profile-steps 3 ;;
+    alone)
+        for run in 1 2; do
+            timeout 100 python3 -m bench.gpu --models "" --memory-only "" --alone-repeats 100 2>>"$OUT/mfu.err" \
+                | grep "optimizer step alone" | tee -a "$OUT/alone.txt"
+        done ;;
+    nanogpt)
+        timeout 150 python3 -m bench.nanogpt .gpu/nanogpt --models small --micro-batch 16 --steps 20 --warmup 5 \
+            2>>"$OUT/nanogpt.err" | tee "$OUT/nanogpt.txt" ;;
+    tests)
+        # (pytest.ini's addopts name an xdist option that older xdist lacks; the image's may be older)
+        timeout "$(( $(left) - 5 < ${TESTS_S:-600} ? $(left) - 5 : ${TESTS_S:-600} ))" python3 -m pytest -o addopts="-ra --dist loadgroup" -n 8 -v tests/test_cuda.py \
+            2>&1 | tee "$OUT/test_cuda.txt" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|error" ;;
+    esac
+done
+echo "=== done ($(left) s left)"
