@@ -38,6 +38,54 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
+# Rows of LinearCrossEntropy's chunks: 4096 x 50304 logits are 0.4 GB in bf16, and products that size run as
+# fast as whole ones. (A module constant: torch.compile does not trace a Function that reads its class's
+# attributes, and runs it eagerly instead, silently: 32% fewer tokens/s on an H100.)
+CROSS_ENTROPY_CHUNK_ROWS = 4096
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """The mean cross-entropy of x @ weight.T against targets (-1: ignored) and its gradients with respect to x
+    and weight, made CROSS_ENTROPY_CHUNK_ROWS rows of x at a time in the forward pass (Liger-Kernel's fused
+    linear cross-entropy): the logits exist a chunk at a time, instead of the whole (tokens x vocabulary) array
+    materialised, upcast, zero-filled for its gradient and read again. The products run in the autocast dtype
+    when autocast is on (as lm_head's would), the softmax in fp32."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        device_type = x.device.type
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
+        with torch.autocast(device_type, enabled=False):
+            w = weight.to(dtype)
+            valid = targets != -1
+            count = valid.sum().clamp(min=1).float()
+            loss = torch.zeros((), dtype=torch.float32, device=x.device)
+            grad_x = torch.empty_like(x)
+            grad_w = torch.zeros_like(weight, dtype=torch.float32)
+            for start in range(0, x.size(0), CROSS_ENTROPY_CHUNK_ROWS):
+                rows = slice(start, start + CROSS_ENTROPY_CHUNK_ROWS)
+                x_chunk, target, keep = x[rows].to(dtype), targets[rows].clamp(min=0), valid[rows]
+                logits = (x_chunk @ w.t()).float()
+                logsumexp = torch.logsumexp(logits, dim=-1)
+                target_logit = logits.gather(1, target[:, None]).squeeze(1)
+                loss += torch.where(keep, logsumexp - target_logit, 0.0).sum()
+                # d(the chunk's summed loss)/d logits: softmax - one_hot(target), 0 on ignored rows
+                grad_logits = torch.exp(logits - logsumexp[:, None])
+                grad_logits.scatter_add_(1, target[:, None], torch.full_like(target_logit, -1.0)[:, None])
+                grad_logits = torch.where(keep[:, None], grad_logits, 0.0).to(dtype)
+                grad_x[rows] = grad_logits @ w
+                grad_w += (grad_logits.t() @ x_chunk).float()
+        ctx.save_for_backward(grad_x, grad_w, count)
+        ctx.weight_dtype = weight.dtype
+        return loss / count
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        grad_x, grad_w, count = ctx.saved_tensors
+        scale = grad_loss / count
+        return grad_x * scale.to(grad_x.dtype), (grad_w * scale).to(ctx.weight_dtype), None
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
@@ -94,9 +142,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, fused_cross_entropy: bool = False):
+        """fused_cross_entropy: the training loss through LinearCrossEntropy (above), the logits never whole:
+        the same function (another rounding of the head's gradient, its chunks summed in fp32), no logits
+        returned. How the loss is computed, not what the model is: not part of the config or checkpoints."""
         super().__init__()
         self.config = config
+        self.fused_cross_entropy = fused_cross_entropy
         self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(config.vocab_size, config.n_embd),
@@ -140,7 +192,8 @@ class GPT(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits and the mean cross-entropy against targets. Without targets
         only the last position's logits are computed (for generation), unless
-        all_logits asks for every position's (for scoring continuations)."""
+        all_logits asks for every position's (for scoring continuations). With
+        fused_cross_entropy, a training forward (gradients on) returns the loss alone."""
         b, t = idx.size()
         if t > self.config.block_size:
             raise ValueError(f"sequence of length {t} is longer than block_size {self.config.block_size}")
@@ -151,6 +204,8 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.lm_head(x if all_logits else x[:, [-1], :]), None
+        if self.fused_cross_entropy and torch.is_grad_enabled():  # training: the loss alone
+            return None, LinearCrossEntropy.apply(x.reshape(b * t, -1), self.lm_head.weight, targets.reshape(-1))
         logits = self.lm_head(x)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss

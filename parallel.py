@@ -48,7 +48,7 @@ def parallelize(model: GPT, cfg: TrainConfig, rt: Runtime) -> nn.Module:
             block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
     if cfg.data_parallel == "fsdp":
         return shard(model, cfg, rt)
-    compiled = torch.compile(model) if cfg.compile else model
+    compiled = torch.compile(model, mode=cfg.compile_mode) if cfg.compile else model
     if not rt.distributed:
         return compiled
     return DDP(compiled, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
@@ -63,7 +63,7 @@ def shard(model: GPT, cfg: TrainConfig, rt: Runtime) -> GPT:
         MixedPrecisionPolicy()
     for block in model.transformer.h:
         if cfg.compile:
-            block.compile()
+            block.compile(mode=cfg.compile_mode)
         fully_shard(block, mesh=mesh, mp_policy=policy)
     # the root's weights (embeddings, tied head) are needed again right after the forward: keep them
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)

@@ -330,7 +330,7 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
     out_dir_lock = None if cfg.eval_only else claim_out_dir(cfg.out_dir, rt)  # held while this process lives
     check_out_dir(cfg.out_dir, resume, cfg.eval_only)
     torch.manual_seed(cfg.seed)
-    raw_model = GPT(GPTConfig(**cfg.model_args())).to(rt.device)
+    raw_model = GPT(GPTConfig(**cfg.model_args()), cfg.fused_cross_entropy).to(rt.device)
     model = parallelize(raw_model, cfg, rt)  # (fsdp shards raw_model in place: the optimizer comes after)
     params = list(raw_model.parameters())
     optimizer = build_optimizer(raw_model, cfg, rt.device.type)
@@ -406,9 +406,12 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
                 window.mean_loss(rt, run.step, cfg.out_dir)  # never checkpoint a diverged run
                 meta = run_meta(scaler, run, cfg.to_dict(), cfg.model_args(), gather_rng_states(rt),
                                 data.fingerprint, version)
+                save_start = time.time()
                 with watchdog.paused():  # rank 0 may write for many minutes while the others wait
                     path = checkpoints.save(raw_model, optimizer, meta, new_best)
-                log.print(f"step {run.step}: {'writing' if cfg.async_checkpoint else 'saved'} {path}")
+                paused = time.time() - save_start  # asynchronous: staging the shards in host memory
+                log.print(f"step {run.step}: writing {path} (training paused {paused:.1f} s)" if cfg.async_checkpoint
+                          else f"step {run.step}: saved {path} in {paused:.1f} s")
         if stop_now:
             if stop.requested:
                 log.print(f"stopped by {stop.received or 'a signal on another rank'} at step {run.step}; "
@@ -429,10 +432,15 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
             row = window.train_row(mean_loss, run.step, grad_norm, diagnostics, cfg) | dict(lr=lr)
             if flops:
                 row["mfu"] = raw_model.estimate_mfu(row["tokens_per_s"] / rt.world_size, flops, passes_per_step)
+            if rt.device.type == "cuda":  # this rank's peaks over the window (the allocator's counters: no sync)
+                row["peak_memory_gib"] = torch.cuda.max_memory_allocated(rt.device) / 2**30
+                row["reserved_memory_gib"] = torch.cuda.max_memory_reserved(rt.device) / 2**30
+                torch.cuda.reset_peak_memory_stats(rt.device)
             log.write(row)
             log.print(f"step {run.step}/{total_iters} | loss {mean_loss:.4f} | lr {lr:.2e} | grad norm "
                       f"{row['grad_norm']:.3f} | clip {row['clip_rate']:.2f} | {row['tokens_per_s']:,.0f} tok/s | "
-                      f"{row['ms_per_step']:.0f} ms/step" + (f" | mfu {100 * row['mfu']:.1f}%" if flops else ""))
+                      f"{row['ms_per_step']:.0f} ms/step" + (f" | mfu {100 * row['mfu']:.1f}%" if flops else "")
+                      + (f" | mem {row['peak_memory_gib']:.1f} GiB" if "peak_memory_gib" in row else ""))
 
     with watchdog.paused():
         checkpoints.finish()  # an asynchronous save still being written

@@ -56,15 +56,17 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import train
 from bench import print_header
+from bench.memory import allocated_prediction
 from bench.optimizer_step import PeakMemory, make_optimizers
-from config import TrainConfig
+from config import CHOICES, TrainConfig
 from data.shards import write_shard
 from model import GPT, GPTConfig, PRESETS
 from optim import OPTIMIZERS, build_optimizer, load_config, mini_recipes
 from optim.routing import parameter_kinds
 from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
 from optim.schedule import set_learning_rates
-from runtime import Runtime, autocast_context, configure_device, init_runtime
+from parallel import check_parallelism, parallelize
+from runtime import InputError, Runtime, autocast_context, close_runtime, configure_device, init_runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -208,13 +210,15 @@ class Row:
     tokens_per_s: float | None = None
     mfu: float | None = None
     peak_bytes: int | None = None
+    reserved_bytes: int | None = None  # the caching allocator's peak reservation (CUDA)
+    predicted_bytes: float | None = None  # bench.memory's model of what max_memory_allocated sees
     failed: bool = False
     profile: dict[str, float] | None = None  # ms per step by kind of kernel (--profile-steps)
     top_kernels: list[tuple[str, float]] | None = None
 
 
 def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str, device: str,
-               micro_batch: int = 0) -> tuple[TrainConfig, str]:
+               micro_batch: int = 0, world_size: int = 1) -> tuple[TrainConfig, str]:
     """The paper config of model and variant, set up for the benchmark (micro_batch 0: the config's);
     a note when there is none (that model's AdamW config then, with the optimizer switched)."""
     part, overrides = VARIANTS[variant]
@@ -229,12 +233,14 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
         system += ["--dtype=float32", "--compile=False"] + [f"--{k}={v}" for k, v in SMOKE_MODEL.items()]
     else:
         system += ["--dtype=bfloat16", "--compile=True"]
+    system += [f"--fused_cross_entropy={args.fused_cross_entropy}", f"--data_parallel={args.data_parallel}", f"--activation_checkpointing={args.activation_checkpointing}",
+               f"--compile_mode={args.compile_mode}"]
     if micro_batch:
         system.append(f"--micro_batch_size={micro_batch}")
     # one step is grad_accum micro-batches (the config's micro-batch unless micro_batch sets one)
     micro = micro_batch or load_config([*paths, *overrides, *system]).micro_batch_size
     block_size = SMOKE_MODEL["block_size"] if args.cpu_smoke else GPTConfig.block_size
-    system.append(f"--total_batch_size={micro * block_size * args.grad_accum}")
+    system.append(f"--total_batch_size={micro * block_size * args.grad_accum * world_size}")
     cfg = load_config([*paths, *overrides, *system])
     return cfg, note
 
@@ -268,6 +274,7 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
             marks[-1].end = clock.mark()
         clock.synchronize()
         row.peak_bytes = memory.base + memory.peak_extra()
+        row.reserved_bytes = memory.peak_reserved()
         if not math.isfinite(loss.item()):
             row.note, row.failed = f"loss {loss.item()}", True
         failed_rules = [k.rule.__name__ for k in RULE_KERNELS if k.compile_failed]
@@ -281,7 +288,8 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
         row.optimizer_ms = sum(clock.ms(*pair) for m in marks for pair in m.optimizer) / steps
         row.tokens_per_s = cfg.total_batch_size * steps / (total_ms / 1000)
         flops = train.peak_flops(cfg, rt.device)
-        row.mfu = raw_model.estimate_mfu(row.tokens_per_s, flops, cfg.hyperparameters.gradients_per_step()) if flops else None
+        passes = cfg.hyperparameters.gradients_per_step()
+        row.mfu = raw_model.estimate_mfu(row.tokens_per_s / rt.world_size, flops, passes) if flops else None
         if profile_steps:
             from torch.profiler import ProfilerActivity, profile
 
@@ -312,34 +320,44 @@ def synthetic_shards(folder: str, block_size: int, vocab_size: int) -> str:
 
 def bench_model(model_name: str, variants: list[str], args: argparse.Namespace, rt: Runtime, data_dir: str,
                 memory_only: bool, memory: PeakMemory) -> list[Row]:
-    """One row per variant on one model, compiled once (as a fresh process would) and reset to its
-    initial weights before each variant."""
+    """One row per variant on one model, spread as train.py spreads it (parallel.parallelize: compiled, and
+    under torchrun DDP-wrapped or FSDP-sharded), compiled once (as a fresh process would) and reset to its
+    initial weights before each variant (under FSDP, which shards a model in place, a fresh one each time)."""
     rows, model, raw_model, initial, data = [], None, None, None, None
     for variant in variants:
         # memory-only rows: the run scripts' micro-batch, the config's
         micro_batch = args.micro_batch if not memory_only or args.cpu_smoke else 0
-        cfg, note = row_config(model_name, variant, args, data_dir, str(rt.device), micro_batch)
+        cfg, note = row_config(model_name, variant, args, data_dir, str(rt.device), micro_batch, rt.world_size)
         row = Row(model_name, cfg.hyperparameters.display_name(), cfg.micro_batch_size, args.grad_accum, memory_only, note)
         print(f"[bench.gpu] {model_name}, {row.optimizer}: running", file=sys.stderr, flush=True)
         try:
-            if raw_model is None:
-                if cfg.compile:
+            if raw_model is None or cfg.data_parallel == "fsdp":
+                if cfg.compile and raw_model is None:
                     import torch._dynamo as dynamo
 
                     dynamo.reset()  # each model compiles as in its own run (static shapes, fresh limits)
                     gc.collect()  # the previous model, which dynamo's caches held, before memory is measured
                     torch.cuda.empty_cache()
-                data = train.load_data(cfg, rt)
+                data = data or train.load_data(cfg, rt)
+                model = raw_model = None  # (the previous variant's sharded model, before the next one is made)
+                gc.collect()
                 torch.manual_seed(cfg.seed)
-                raw_model = GPT(GPTConfig(**cfg.model_args())).to(rt.device)
+                raw_model = GPT(GPTConfig(**cfg.model_args()), cfg.fused_cross_entropy).to(rt.device)
                 initial = {k: v.detach().to("cpu", copy=True) for k, v in raw_model.state_dict().items()}
-                model = torch.compile(raw_model, mode=args.compile_mode) if cfg.compile else raw_model
+                model = parallelize(raw_model, cfg, rt)
             assert raw_model.config == GPTConfig(**cfg.model_args()), "variants of one model must share its shape"
-            raw_model.load_state_dict(initial)
+            raw_model.fused_cross_entropy = cfg.fused_cross_entropy
+            if cfg.data_parallel != "fsdp":
+                raw_model.load_state_dict(initial)
             trace = os.path.join(args.trace_dir, f"trace_{model_name}_{variant}_{cfg.micro_batch_size}.json") \
                 if args.trace_dir else ""
             run_row(row, cfg, model, raw_model, rt, data, 2 if memory_only else args.warmup,
                     1 if memory_only else args.steps, memory, 0 if memory_only else args.profile_steps, trace)
+            if memory_only:
+                try:
+                    row.predicted_bytes = allocated_prediction(cfg, rt.world_size, ddp_wrapped=rt.distributed)
+                except InputError as e:  # an optimizer whose state bench.memory does not model (SOAP)
+                    row.note = "; ".join(filter(None, [row.note, f"no memory model: {str(e)[:60]}"]))
         except torch.OutOfMemoryError:
             row.note = "; ".join(filter(None, [row.note, "out of memory"]))
         except Exception as e:  # a failed row is reported, and the others still run
@@ -418,17 +436,20 @@ def cell(value, fmt: str) -> str:
 
 def format_row(row: Row) -> str:
     gib = None if row.peak_bytes is None else row.peak_bytes / 2**30
+    reserved = None if row.reserved_bytes is None else row.reserved_bytes / 2**30
+    predicted = None if row.predicted_bytes is None else row.predicted_bytes / 2**30
     other = None if row.step_ms is None else row.step_ms - row.forward_backward_ms - row.optimizer_ms
     return " | ".join([
         row.model, row.optimizer, f"{row.micro_batch} x {row.grad_accum}", cell(row.tokens_per_s, ",.0f"),
-        cell(None if row.mfu is None else 100 * row.mfu, ".1f"), cell(gib, ".2f"), cell(row.step_ms, ".1f"),
+        cell(None if row.mfu is None else 100 * row.mfu, ".1f"), cell(gib, ".2f"), cell(reserved, ".2f"),
+        cell(predicted, ".2f"), cell(row.step_ms, ".1f"),
         cell(row.forward_backward_ms, ".1f"), cell(row.optimizer_ms, ".1f"), cell(other, ".1f"),
         row.note or ("memory only" if row.memory_only else ""),
     ])
 
 
-TABLE_HEADER = ("| model | optimizer | micro-batch x accum | tokens/s | MFU % | peak GiB | step ms | fwd-bwd ms "
-                "| optimizer ms | other ms | note |")
+TABLE_HEADER = ("| model | optimizer | micro-batch x accum | tokens/s | MFU % | peak GiB | reserved GiB | model GiB "
+                "| step ms | fwd-bwd ms | optimizer ms | other ms | note |")
 
 
 def print_table(rows: list[Row]) -> None:
@@ -482,10 +503,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(0: train.peak_flops' guess from the GPU's name; no MFU if it knows none)")
     parser.add_argument("--alone-repeats", type=int, default=20,
                         help="repeats of the optimizer-alone comparison (0: skip it)")
-    parser.add_argument("--compile-mode", default=None, help="torch.compile's mode for the model (default: "
-                        "torch's; max-autotune-no-cudagraphs, reduce-overhead, ...)")
+    parser.add_argument("--compile-mode", default="default", choices=CHOICES["compile_mode"],
+                        help="torch.compile's mode for the model (the config key compile_mode)")
+    parser.add_argument("--data-parallel", default="ddp", choices=CHOICES["data_parallel"],
+                        help="the config key data_parallel: under torchrun, the model DDP-wrapped or FSDP-sharded as "
+                        "train.py does (torchrun --standalone --nproc_per_node=1 -m bench.gpu ...; fsdp needs "
+                        "torchrun)")
+    parser.add_argument("--activation-checkpointing", action="store_true", help="the config key of that name")
     parser.add_argument("--sdpa", default="auto", choices=["auto", *SDPA_BACKENDS],
                         help="the attention kernel (auto: torch's choice; the others: that backend alone)")
+    parser.add_argument("--fused-cross-entropy", action="store_true",
+                        help="the config key fused_cross_entropy (model.LinearCrossEntropy: no whole logits)")
     parser.add_argument("--profile-steps", type=int, default=0, help="steps of each timed row to run under "
                         "torch.profiler after the measured ones: where a step's time goes, by kind of kernel")
     parser.add_argument("--trace-dir", default="", help="with --profile-steps: write each row's Chrome trace here")
@@ -518,6 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace_dir:
         os.makedirs(args.trace_dir, exist_ok=True)
     rt = init_runtime("cpu" if args.cpu_smoke else "cuda")
+    if not rt.is_main:  # one table, rank 0's
+        sys.stdout = open(os.devnull, "w")
+    check_parallelism(row_config("tiny" if args.cpu_smoke else "small", "adamw", args, "", str(rt.device),
+                                 world_size=rt.world_size)[0], rt)
     configure_device(rt.device)
     memory = PeakMemory(rt.device)
     variants = list(filter(None, args.optimizers.split(",")))
@@ -531,12 +563,14 @@ def main(argv: list[str] | None = None) -> int:
             settings.enter_context(sdpa_kernel([SDPA_BACKENDS[args.sdpa]]))
         shape = SMOKE_MODEL if args.cpu_smoke else dataclasses.asdict(GPTConfig())
         data_dir = args.data_dir or synthetic_shards(tmp, shape["block_size"], shape["vocab_size"])
-        configs = {v: row_config("tiny" if args.cpu_smoke else "small", v, args, data_dir, str(rt.device))[0]
-                   for v in VARIANTS}
+        configs = {v: row_config("tiny" if args.cpu_smoke else "small", v, args, data_dir, str(rt.device),
+                                 world_size=rt.world_size)[0] for v in VARIANTS}
         flops = train.peak_flops(configs["adamw"], rt.device)
         mode = "float32, eager (smoke run: not a measurement)" if args.cpu_smoke else \
-            f"bf16 autocast, torch.compile (mode {args.compile_mode or 'default'})"
-        mode += f", attention: {args.sdpa if args.sdpa != 'auto' else 'torch picks'}"
+            f"bf16 autocast, torch.compile (mode {args.compile_mode})"
+        mode += f", attention: {args.sdpa if args.sdpa != 'auto' else 'torch picks'}; {args.data_parallel}" + \
+            (f" over {rt.world_size} rank(s)" if rt.distributed else " (no torchrun: one process, unwrapped)") + \
+            (", activation checkpointing" if args.activation_checkpointing else "")
         print(f"# {rt.device}, {mode}; data: {args.data_dir or 'random token ids'}; peak FLOP/s for MFU: "
               f"{f'{flops:.3g}' if flops else 'unknown (pass --peak-flops)'}; {args.warmup} warm-up + "
               f"{args.steps} measured steps per row", flush=True)
@@ -567,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     if args.cpu_smoke:
         print("(a CPU smoke run of a tiny model: these numbers check the script, not the GPU targets)")
+    close_runtime()
     return 1 if any(r.failed for r in rows) else 0
 
 

@@ -6,9 +6,18 @@
 #
 #   env      the GPU, its clocks, the torch and library versions, the preloaded import that initialises CUDA
 #   mfu      GPT-2 small, AdamW, bench.gpu, one process per variant of $MFU_VARIANTS (';'-separated bench.gpu
-#            options; default: micro-batch 16 profiled with its Chrome trace, 32, 64, and 32 on FlashAttention-2
-#            instead of torch's choice, cuDNN's), each profiled: where a step's time goes, by kind of kernel
+#            options), each profiled: where a step's time goes, by kind of kernel. The default: what 2026-11-26
+#            left unmeasured (the fused cross-entropy compiled, at 16 and 32; micro-batch 64 with and without it);
+#            its rows then were "--micro-batch 16 --trace-dir $OUT;--micro-batch 32;--micro-batch 32 --sdpa flash"
 #   autotune micro-batch 32 with inductor's max-autotune (its own matrix kernels, epilogues fused)
+#   graphs   micro-batch 16 with CUDA graphs (compile mode reduce-overhead): the 2-6% of launch gaps
+#   fsdp     GPT-2 small on one GPU under torchrun, DDP then FSDP (train.py's own wrapping), one optimizer of each
+#            family: tokens/s, peak allocated and reserved memory
+#   memory   memory-only rows (a log step's peak) of small, medium and large under DDP, and XL under FSDP with
+#            activation checkpointing, each with bench.memory's prediction of what max_memory_allocated sees
+#   large    timed rows of large and XL under FSDP with activation checkpointing
+#   async    train.py on GPT-2 small, FSDP on one GPU, a checkpoint every 10 steps: how long a save holds
+#            training up, synchronous against asynchronous (its log lines)
 #   alone    the optimizer step alone (fused AdamW against MARS-AdamW, CUDA events, 100 repeats; kernel time from torch.profiler), twice
 #   nanogpt  nanoGPT's own train.py at the same shape and micro-batch 16 (bench.nanogpt; .gpu/nanogpt)
 #   tests    tests/test_cuda.py on 8 pytest-xdist workers, for at most $TESTS_S seconds (default: what is left)
@@ -54,7 +63,7 @@ for stage in "$@"; do
     echo "=== $stage ($(left) s left)"
     case $stage in
     mfu)
-        IFS=';' read -ra variants <<< "${MFU_VARIANTS:---micro-batch 16 --trace-dir $OUT;--micro-batch 32;--micro-batch 64;--micro-batch 32 --sdpa flash}"
+        IFS=';' read -ra variants <<< "${MFU_VARIANTS:---micro-batch 16 --fused-cross-entropy;--micro-batch 32 --fused-cross-entropy;--micro-batch 64;--micro-batch 64 --fused-cross-entropy}"
         for variant in "${variants[@]}"; do
             [ "$(left)" -gt 100 ] || { echo "skipped: $variant (time)" | tee -a "$OUT/mfu.txt"; continue; }
             bench_gpu 120 $variant --profile-steps 3
@@ -66,6 +75,30 @@ for stage in "$@"; do
         for run in 1 2; do
             timeout 100 python3 -m bench.gpu --models "" --memory-only "" --alone-repeats 100 2>>"$OUT/mfu.err" \
                 | grep "optimizer step alone" | tee -a "$OUT/alone.txt"
+        done ;;
+    graphs)
+        bench_gpu 150 --micro-batch 16 --compile-mode reduce-overhead --profile-steps 3 ;;
+    fsdp | memory | large)
+        families=adamw,mars-approx,mars-exact,muon,lion,schedule-free-adamw
+        case $stage in
+        fsdp) runs=("--data-parallel ddp --models small --memory-only '' --optimizers $families"
+                    "--data-parallel fsdp --models small --memory-only '' --optimizers $families") ;;
+        memory) runs=("--models '' --memory-only small,medium,large --optimizers adamw,mars-exact,muon"
+                      "--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon") ;;
+        large) runs=("--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
+        esac
+        for run in "${runs[@]}"; do
+            [ "$(left)" -gt 120 ] || { echo "skipped: $run (time)" | tee -a "$OUT/$stage.txt"; continue; }
+            eval timeout "$(($(left) - 10))" torchrun --standalone --nproc_per_node=1 -m bench.gpu --steps 10 --warmup 3 \
+                --alone-repeats 0 $run 2>>"$OUT/$stage.err" | tee -a "$OUT/$stage.txt"
+        done ;;
+    async)
+        mkdir -p /tmp/random_tokens && python3 -c "from bench.gpu import synthetic_shards; synthetic_shards('/tmp/random_tokens', 1024, 50304)"
+        for async in False True; do
+            timeout 150 torchrun --standalone --nproc_per_node=1 train.py config/gpt2_small_mars.py \
+                --data_dir=/tmp/random_tokens --out_dir=/tmp/async_$async --max_iters=30 --eval_interval=10 \
+                --eval_sequences=16 --total_batch_size=16384 --compile=True --data_parallel=fsdp \
+                --async_checkpoint=$async 2>&1 | grep -E "saved|writing|step 30/" | tee -a "$OUT/async.txt"
         done ;;
     nanogpt)
         timeout 150 python3 -m bench.nanogpt .gpu/nanogpt --models small --micro-batch 16 --steps 20 --warmup 5 \

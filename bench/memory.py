@@ -313,6 +313,9 @@ class Item:
 
 def memory(run: Run, rank: int = 0) -> list[Item]:
     """The model of each part of the memory rank holds (see the module docstring)."""
+    if run.cfg.fused_cross_entropy:
+        raise InputError("bench.memory models the logits path of the loss, not fused_cross_entropy's chunks; "
+                         "leave --fused_cross_entropy out")
     tensors, rank = model_tensors(run.cfg), rank if run.fsdp else 0  # (under DDP every rank holds the same)
     return (parameter_items(run, tensors, rank) + gradient_items(run, tensors, rank)
             + [state_item(run, tensors, rank)] + moment_items(run, tensors)
@@ -322,6 +325,15 @@ def memory(run: Run, rank: int = 0) -> list[Item]:
 
 def total(items: list[Item]) -> float:
     return sum(item.bytes for item in items if item.added)
+
+
+def allocated_prediction(cfg: TrainConfig, world_size: int, ddp_wrapped: bool) -> float:
+    """The part of the model that torch.cuda.max_memory_allocated sees on rank 0: all but the workspace (the
+    CUDA context and NCCL's buffers lie outside torch's allocator), and DDP's buckets only if DDP wraps the
+    model (bench.gpu without torchrun does not)."""
+    items = memory(Run(cfg, world_size))
+    return sum(item.bytes for item in items if item.added and item.key != "workspace"
+               and (ddp_wrapped or item.key != "buckets"))
 
 
 def held_bytes(tensors: list[Tensor], n: int, rank: int, padded: bool, element_bytes: float = 4) -> float:

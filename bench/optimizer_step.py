@@ -113,6 +113,10 @@ class PeakMemory:
             return torch.cuda.max_memory_allocated(self.device) - self.base
         return max(0, self._status_kb("VmHWM") * 1024 - self.base)
 
+    def peak_reserved(self) -> int | None:
+        """The caching allocator's largest reservation since start (CUDA; None on CPU)."""
+        return torch.cuda.max_memory_reserved(self.device) if self.device.type == "cuda" else None
+
     @staticmethod
     def _status_kb(key: str) -> int:
         with open("/proc/self/status") as f:

@@ -45,7 +45,7 @@ def median_step_ms(argv: list[str], reuse_memory: bool, diagnose: bool = False, 
         keep_freed_memory_for_reuse()
     cfg.total_batch_size = cfg.micro_batch_size * cfg.block_size  # one micro-step per step
     torch.manual_seed(0)
-    raw_model = GPT(GPTConfig(**cfg.model_args())).to(device)
+    raw_model = GPT(GPTConfig(**cfg.model_args()), cfg.fused_cross_entropy).to(device)
     optimizer = build_optimizer(raw_model, cfg, device.type)
     for group in optimizer.param_groups:
         group["lr"] = group["base_lr"]

@@ -111,6 +111,13 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
     compile: bool = False
+    # The training loss computed in chunks, gradients made in the forward pass, the (tokens x vocabulary) logits
+    # never whole (model.LinearCrossEntropy): less memory; its speed is not yet measured compiled on a GPU.
+    fused_cross_entropy: bool = False
+    # torch.compile's mode for the model (or each block under fsdp): default | max-autotune-no-cudagraphs (inductor
+    # tunes its own matrix kernels, fusing their epilogues; minutes more to compile) | max-autotune | reduce-overhead
+    # (CUDA graphs). bench.gpu --compile-mode measures them.
+    compile_mode: str = "default"
     # Deterministic kernels (torch.use_deterministic_algorithms; cuBLAS workspace and inductor set to
     # match): on CUDA, bit-exact resumes and repeatable runs, at some speed; CPU runs are deterministic anyway.
     deterministic: bool = False
@@ -178,6 +185,7 @@ CHOICES = {  # the allowed values of the loop's keys that name a choice
     "min_lr_groups": ("scaled", "absolute"),
     "dtype": ("auto", "bfloat16", "float16", "float32"),
     "data_parallel": ("ddp", "fsdp"),
+    "compile_mode": ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"),
 }
 
 

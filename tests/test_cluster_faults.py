@@ -237,6 +237,9 @@ def test_a_finished_two_rank_run_joins_every_gloo_thread_in_close_runtime(tiny_d
     assert proc.returncode == 0, proc.stderr[-3000:]
     left = {rank: json.load(open(tmp_path / f"rank{rank}.json")) for rank in (0, 1)}
     assert left == {0: [], 1: []}, left
+    save = r"step 4: writing \S+ckpt_0000004 \(training paused \d+\.\d s\)" if parallelism else \
+        r"step 4: saved \S+ckpt_0000004\.pt in \d+\.\d s"
+    assert re.search(save, proc.stdout), proc.stdout[-3000:]  # how long the save held training up
 
 
 # ----------------------------------------------------------------------------- a file system without flock

@@ -19,7 +19,7 @@ import test_train
 import train
 from bench.gpu import TABLE_HEADER, VARIANTS
 from config import TrainConfig
-from conftest import PYTHON, REPO, cut_back, relative_difference, run_train, step_weights, tiny_run_args
+from conftest import PYTHON, REPO, cut_back, relative_difference, run_train, step_weights, tiny_run_args, torchrun
 from model import GPT, GPTConfig
 from optim import MARS, OPTIMIZERS, build_optimizer
 from optim.muon import NS5_EPS
@@ -51,21 +51,47 @@ def on_cuda(stream: list) -> list:
 # ----------------------------------------------------------------------------- bench/gpu.py, on CPU
 
 
+def table_rows(output: str) -> list[dict[str, str]]:
+    """bench.gpu's table rows (the tiny model's), each by its column's name."""
+    names = [cell.strip() for cell in TABLE_HEADER.strip("|").split("|")]
+    return [dict(zip(names, (cell.strip() for cell in line.strip("|").split("|")))) for line in output.splitlines()
+            if line.startswith("| tiny |")]
+
+
 def test_gpu_benchmark_smoke_run_on_cpu():
     """`python -m bench.gpu --cpu-smoke` runs every optimizer of the registry through the benchmark's
-    code path (tiny model, 2 steps, CPU) and prints its table."""
-    proc = subprocess.run([PYTHON, "-m", "bench.gpu", "--cpu-smoke"], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    code path (tiny model, 2 steps, CPU), profiles each timed row, and prints its table: memory-only rows
+    with bench.memory's prediction beside the peak (SOAP's state it does not model, and says so)."""
+    proc = subprocess.run([PYTHON, "-m", "bench.gpu", "--cpu-smoke", "--profile-steps", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.startswith("$ python -m bench.gpu --cpu-smoke\n# ")  # the command and the machine
+    assert proc.stdout.startswith("$ python -m bench.gpu --cpu-smoke --profile-steps 1\n# ")  # the command, the machine
     assert TABLE_HEADER in proc.stdout
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in proc.stdout.splitlines()
-            if line.startswith("| tiny |")]
+    rows = table_rows(proc.stdout)
     assert len(rows) == 2 * len(VARIANTS)  # timed, then memory only
-    timed = rows[: len(VARIANTS)]
-    assert {row[1] for row in timed} >= {"AdamW", "MARS-approx", "MARS-exact", "Muon", "Moonlight"}
-    assert all(row[3] != "-" and row[6] != "-" and row[-1] == "" for row in timed), timed  # numbers, no note
+    timed, memory_only = rows[: len(VARIANTS)], rows[len(VARIANTS):]
+    assert {row["optimizer"] for row in timed} >= {"AdamW", "MARS-approx", "MARS-exact", "Muon", "Moonlight"}
+    assert all(row["tokens/s"] != "-" and row["step ms"] != "-" and row["note"] == "" for row in timed), timed
+    assert all((row["model GiB"] != "-") == (row["optimizer"] != "SOAP") for row in memory_only), memory_only
+    profiles = [line for line in proc.stdout.splitlines() if line.startswith("where the time goes")]
+    assert len(profiles) == len(VARIANTS) and all("matmul" in line and "idle" in line for line in profiles)
     assert "optimizer step alone" in proc.stdout and "MARS-exact whole step" in proc.stdout
+
+
+def test_gpu_benchmark_shards_the_model_as_train_py_does():
+    """Under torchrun, bench.gpu spreads the model as train.py does (parallel.parallelize): FSDP over 2 CPU
+    ranks with activation checkpointing, AdamW and MARS-exact (its stash of the next batch's gradient on
+    sharded parameters), one table from rank 0."""
+    proc = subprocess.run(torchrun(2) + ["-m", "bench.gpu", "--cpu-smoke", "--optimizers", "adamw,mars-exact",
+                                         "--data-parallel", "fsdp", "--activation-checkpointing",
+                                         "--alone-repeats", "0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "fsdp over 2 rank(s), activation checkpointing" in proc.stdout
+    assert proc.stdout.count(TABLE_HEADER) == 1
+    rows = table_rows(proc.stdout)
+    assert [row["optimizer"] for row in rows] == ["AdamW", "MARS-exact"] * 2
+    assert all(row["tokens/s"] != "-" for row in rows[:2]) and all(row["model GiB"] != "-" for row in rows[2:])
 
 
 # ----------------------------------------------------------------------------- optimizers on CUDA
@@ -172,6 +198,33 @@ def test_mars_shampoo_on_cuda_matches_float64_reference(is_approx, monkeypatch):
         assert error < 5e-2, f"shape {tuple(start.shape)}: displacement error {error:.3e}"
 
 
+@needs_cuda
+def test_fused_cross_entropy_on_cuda_is_as_close_to_fp32_as_the_logits_path(monkeypatch):
+    """model.LinearCrossEntropy on GPT-2's vocabulary, compiled, in bf16 autocast over several chunks (with
+    ignored targets): its loss and gradients within twice the logits path's distance from an fp32 run's."""
+    monkeypatch.setattr("model.CROSS_ENTROPY_CHUNK_ROWS", 96)  # 4 chunks, the last one short
+    torch.manual_seed(0)
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=50304)
+    reference = GPT(config).cuda()
+    x, y = torch.randint(0, 50257, (2, 2, 160), device="cuda").unbind(0)
+    x, y = x[:, :128], y[:, :128].clone()
+    y[0, :7] = -1
+    reference_loss = reference(x, y)[1]
+    reference_loss.backward()
+    errors = {}
+    for fused in (False, True):
+        candidate = GPT(config, fused_cross_entropy=fused).cuda()
+        candidate.load_state_dict(reference.state_dict())
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.compile(candidate)(x, y)[1]
+        loss.backward()
+        errors[fused] = (abs(loss.item() - reference_loss.item()),
+                         max(((p.grad - q.grad).norm() / q.grad.norm()).item()
+                             for p, q in zip(candidate.parameters(), reference.parameters())))
+    assert errors[True][0] <= 2 * errors[False][0] + 1e-3, errors
+    assert errors[True][1] <= 2 * errors[False][1] and errors[True][1] < 2e-2, errors
+
+
 # ----------------------------------------------------------------------------- train.py on CUDA
 
 
@@ -189,6 +242,9 @@ def test_bf16_compiled_training_lowers_the_loss_and_resumes_bit_exact(tiny_datas
     assert info["config"]["dtype"] == "bfloat16" and info["config"]["compile"] is True
     if train.peak_flops(TrainConfig(), torch.device("cuda")):  # a GPU whose peak train.py knows: MFU logged
         assert "mfu" in read_metrics(straight, "train")[0]
+    # the window's peak memory, allocated and reserved: a tiny model's, under a GiB, and more reserved than allocated
+    rows = read_metrics(straight, "train")
+    assert all(0 < row["peak_memory_gib"] <= row["reserved_memory_gib"] < 1 for row in rows), rows
 
     run_train(cuda_run_args(tiny_dataset, halves, max_iters=15, **common))
     run_train(cuda_run_args(tiny_dataset, halves, max_iters=30, init_from="resume", **common))

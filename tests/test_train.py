@@ -6,6 +6,7 @@ import json
 import math
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -32,9 +33,10 @@ def load_weights(out_dir) -> dict:
 
 def test_training_lowers_loss_and_writes_outputs(tiny_dataset, tmp_path):
     out = str(tmp_path / "run")
-    run_train(tiny_run_args(tiny_dataset, out, max_iters=30, eval_interval=10, vocab_size=50304))
+    proc = run_train(tiny_run_args(tiny_dataset, out, max_iters=30, eval_interval=10, vocab_size=50304))
     val = read_metrics(out, "val")
     assert [r["step"] for r in val] == [0, 10, 20, 30]
+    assert re.search(r"^step 20: saved \S*ckpt_0000020\.pt in \d+\.\d s$", proc.stdout, re.MULTILINE), proc.stdout
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 2.0  # starts near ln(50304) = 10.8
     train = read_metrics(out, "train")
     assert all(k in train[0] for k in ("loss", "lr", "grad_norm", "clip_rate", "tokens_per_s", "ms_per_step"))
@@ -48,13 +50,17 @@ def test_training_lowers_loss_and_writes_outputs(tiny_dataset, tmp_path):
 def test_gradient_accumulation_equals_one_big_batch(tiny_dataset, tmp_path):
     # The same global batch as 1 micro-step of 8 or 4 micro-steps of 2: same gradients, so the
     # same weights after a few steps (to float rounding; SGD-like first steps amplify nothing here).
+    # And 4 micro-steps of 2 with the loss through model.LinearCrossEntropy (fused_cross_entropy): the same.
     outs = []
-    for micro in (8, 2):
-        out = str(tmp_path / f"micro{micro}")
-        run_train(tiny_run_args(tiny_dataset, out, micro_batch_size=micro, max_iters=3, grad_clip=0.0))
+    for micro, fused in ((8, False), (2, False), (2, True)):
+        out = str(tmp_path / f"micro{micro}{'_fused' if fused else ''}")
+        run_train(tiny_run_args(tiny_dataset, out, micro_batch_size=micro, max_iters=3, grad_clip=0.0,
+                                fused_cross_entropy=fused))
         outs.append(load_weights(out))
-    for name in outs[0]:
-        torch.testing.assert_close(outs[0][name], outs[1][name], rtol=1e-4, atol=2e-6)
+    for other in outs[1:]:
+        for name in outs[0]:
+            torch.testing.assert_close(outs[0][name], other[name], rtol=1e-4, atol=2e-6)
+    assert any(not torch.equal(outs[1][name], outs[2][name]) for name in outs[1])  # the fused loss ran: its rounding
 
 
 @pytest.mark.quick
