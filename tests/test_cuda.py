@@ -60,12 +60,12 @@ def table_rows(output: str) -> list[dict[str, str]]:
 
 def test_gpu_benchmark_smoke_run_on_cpu():
     """`python -m bench.gpu --cpu-smoke` runs every optimizer of the registry through the benchmark's
-    code path (tiny model, 2 steps, CPU), profiles each timed row, and prints its table: memory-only rows
-    with bench.memory's prediction beside the peak (SOAP's state it does not model, and says so)."""
-    proc = subprocess.run([PYTHON, "-m", "bench.gpu", "--cpu-smoke", "--profile-steps", "1"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    code path (tiny model, 2 steps, CPU) and prints its table: memory-only rows with bench.memory's
+    prediction beside the peak (SOAP's state it does not model, and says so)."""
+    proc = subprocess.run([PYTHON, "-m", "bench.gpu", "--cpu-smoke"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.startswith("$ python -m bench.gpu --cpu-smoke --profile-steps 1\n# ")  # the command, the machine
+    assert proc.stdout.startswith("$ python -m bench.gpu --cpu-smoke\n# ")  # the command and the machine
     assert TABLE_HEADER in proc.stdout
     rows = table_rows(proc.stdout)
     assert len(rows) == 2 * len(VARIANTS)  # timed, then memory only
@@ -73,18 +73,16 @@ def test_gpu_benchmark_smoke_run_on_cpu():
     assert {row["optimizer"] for row in timed} >= {"AdamW", "MARS-approx", "MARS-exact", "Muon", "Moonlight"}
     assert all(row["tokens/s"] != "-" and row["step ms"] != "-" and row["note"] == "" for row in timed), timed
     assert all((row["model GiB"] != "-") == (row["optimizer"] != "SOAP") for row in memory_only), memory_only
-    profiles = [line for line in proc.stdout.splitlines() if line.startswith("where the time goes")]
-    assert len(profiles) == len(VARIANTS) and all("matmul" in line and "idle" in line for line in profiles)
     assert "optimizer step alone" in proc.stdout and "MARS-exact whole step" in proc.stdout
 
 
 def test_gpu_benchmark_shards_the_model_as_train_py_does():
     """Under torchrun, bench.gpu spreads the model as train.py does (parallel.parallelize): FSDP over 2 CPU
     ranks with activation checkpointing, AdamW and MARS-exact (its stash of the next batch's gradient on
-    sharded parameters), one table from rank 0."""
+    sharded parameters), one table from rank 0, and each timed row profiled (on CPU, by aten op)."""
     proc = subprocess.run(torchrun(2) + ["-m", "bench.gpu", "--cpu-smoke", "--optimizers", "adamw,mars-exact",
                                          "--data-parallel", "fsdp", "--activation-checkpointing",
-                                         "--alone-repeats", "0"],
+                                         "--alone-repeats", "0", "--profile-steps", "1"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "fsdp over 2 rank(s), activation checkpointing" in proc.stdout
@@ -92,6 +90,8 @@ def test_gpu_benchmark_shards_the_model_as_train_py_does():
     rows = table_rows(proc.stdout)
     assert [row["optimizer"] for row in rows] == ["AdamW", "MARS-exact"] * 2
     assert all(row["tokens/s"] != "-" for row in rows[:2]) and all(row["model GiB"] != "-" for row in rows[2:])
+    profiles = [line for line in proc.stdout.splitlines() if line.startswith("where the time goes")]
+    assert len(profiles) == 2 and all("matmul" in line and "idle" in line for line in profiles), profiles
 
 
 # ----------------------------------------------------------------------------- optimizers on CUDA
