@@ -174,8 +174,13 @@ class RunLog:
             self.progress = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
 
     def print(self, line: str) -> None:
-        if self.enabled:
-            (self.progress.write if self.progress is not None else print)(line)
+        """A line on the console, flushed: a log file (SLURM's output, nohup's) shows it now, not a buffer later."""
+        if not self.enabled:
+            return
+        if self.progress is not None:
+            self.progress.write(line)
+        else:
+            print(line, flush=True)
 
     def write(self, row: dict) -> None:
         """One metrics row (it has a 'type' and a 'step'), to metrics.jsonl and W&B."""

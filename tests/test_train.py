@@ -20,6 +20,7 @@ from conftest import REPO, run_train, scenario_result, tiny_run_args
 from config import TrainConfig
 from checkpoint import save_checkpoint
 from optim.schedule import scheduled_lr, set_learning_rates
+from runlog import RunLog
 
 
 def read_metrics(out_dir, kind: str) -> list[dict]:
@@ -353,3 +354,13 @@ def test_a_frozen_rank_stops_the_run_within_step_timeout(tiny_dataset, tmp_path)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_log_line_reaches_a_log_file_at_once(tmp_path, monkeypatch):
+    """The console is a file under SLURM (its --output) and nohup, which Python buffers in blocks: a run's line
+    must be in the file when it is printed (tail -f, and a job killed after `scontrol requeue` loses nothing)."""
+    path = tmp_path / "job.out"
+    with open(path, "w", buffering=1 << 16) as console:
+        monkeypatch.setattr(sys, "stdout", console)
+        RunLog(enabled=True).print("step 10/600 | loss 3.1416")
+        assert path.read_text() == "step 10/600 | loss 3.1416\n"
