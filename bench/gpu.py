@@ -233,8 +233,8 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
         system += ["--dtype=float32", "--compile=False"] + [f"--{k}={v}" for k, v in SMOKE_MODEL.items()]
     else:
         system += ["--dtype=bfloat16", "--compile=True"]
-    system += [f"--fused_cross_entropy={args.fused_cross_entropy}", f"--data_parallel={args.data_parallel}", f"--activation_checkpointing={args.activation_checkpointing}",
-               f"--compile_mode={args.compile_mode}"]
+    system += [f"--fused_cross_entropy={args.fused_cross_entropy}", f"--data_parallel={args.data_parallel}",
+               f"--activation_checkpointing={args.activation_checkpointing}", f"--compile_mode={args.compile_mode}"]
     if micro_batch:
         system.append(f"--micro_batch_size={micro_batch}")
     # one step is grad_accum micro-batches (the config's micro-batch unless micro_batch sets one)
@@ -384,8 +384,9 @@ def optimizer_alone_ms(config: GPTConfig, device: torch.device, repeats: int, co
     (at least two each: state allocation, compilation): an idle GPU clocks down (an H100's SM clock idles at
     345 MHz). The events' span also holds whatever time the GPU waits for the host to launch the step's
     kernels (grouping the tensors, the rule's guards: a host's speed and load, and it varies from run to run);
-    the kernels' time, summed from torch.profiler over the timed steps, is the step's own work on the device,
-    the figure the memory-traffic floor compares with. (On CPU: the aten ops' own time.)"""
+    the kernels' time, summed by torch.profiler over `repeats` more steps of each optimizer on its own, is the
+    step's own work on the device, the figure the memory-traffic floor compares with. (On CPU: the aten ops'
+    own time.)"""
     with torch.device(device):
         model = GPT(config)
     params = list(model.parameters())

@@ -18,7 +18,8 @@
 #   large    timed rows of large and XL under FSDP with activation checkpointing
 #   async    train.py on GPT-2 small, FSDP on one GPU, a checkpoint every 10 steps: how long a save holds
 #            training up, synchronous against asynchronous (its log lines)
-#   alone    the optimizer step alone (fused AdamW against MARS-AdamW, CUDA events, 100 repeats; kernel time from torch.profiler), twice
+#   alone    the optimizer step alone, twice (fused AdamW against MARS-AdamW, 100 repeats: the kernels' time
+#            from torch.profiler, and the span between CUDA events)
 #   nanogpt  nanoGPT's own train.py at the same shape and micro-batch 16 (bench.nanogpt; .gpu/nanogpt)
 #   tests    tests/test_cuda.py on 8 pytest-xdist workers, for at most $TESTS_S seconds (default: what is left)
 #
@@ -46,7 +47,8 @@ bench_gpu() {  # one bench.gpu process: GPT-2 small, AdamW, 20 measured steps, n
     python3 -c "import torch, triton, pyarrow, datasets, lm_eval, schedulefree, sys
 print('torch', torch.__version__, 'triton', triton.__version__, 'pyarrow', pyarrow.__version__, 'python', sys.version.split()[0])
 print('cudnn', torch.backends.cudnn.version(), 'cudnn sdpa', torch.backends.cuda.cudnn_sdp_enabled())"
-    for nvml in ${NVML_CHECKS:-0 1}; do  # which preloaded import leaves a forked child unable to use CUDA (tests/preload.py)
+    # which preloaded import leaves a forked child unable to use CUDA (tests/preload.py)
+    for nvml in ${NVML_CHECKS:-0 1}; do
         PYTORCH_NVML_BASED_CUDA_CHECK=$nvml python3 -c "import importlib, sys
 sys.path[:0] = ['.', 'tests']
 from preload import PRELOADED, fork_can_use_cuda
