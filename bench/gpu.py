@@ -171,6 +171,13 @@ def kernel_kind(name: str) -> str:
     return next((kind for kind, parts in KERNEL_KINDS if any(part in lowered for part in parts)), "other")
 
 
+def device_profile(device: torch.device):
+    """torch.profiler over the host's ops and, on CUDA, the device's kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else []))
+
+
 def profile_breakdown(events, steps: int, wall_ms: float, device: torch.device) -> tuple[dict[str, float], list]:
     """ms per step of each kind of kernel (on CPU, of each aten op's own time), their sum ("busy") and the
     rest of the wall time ("idle": launch gaps, host waits), and the ten costliest kernels."""
@@ -291,11 +298,8 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
         passes = cfg.hyperparameters.gradients_per_step()
         row.mfu = raw_model.estimate_mfu(row.tokens_per_s / rt.world_size, flops, passes) if flops else None
         if profile_steps:
-            from torch.profiler import ProfilerActivity, profile
-
-            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if rt.device.type == "cuda" else [])
             first = warmup + steps
-            with profile(activities=activities) as profiler:
+            with device_profile(rt.device) as profiler:
                 start = clock.mark()
                 for i in range(first, first + profile_steps):
                     step(i)
@@ -343,11 +347,11 @@ def bench_model(model_name: str, variants: list[str], args: argparse.Namespace, 
                 gc.collect()
                 torch.manual_seed(cfg.seed)
                 raw_model = GPT(GPTConfig(**cfg.model_args()), cfg.fused_cross_entropy).to(rt.device)
-                initial = {k: v.detach().to("cpu", copy=True) for k, v in raw_model.state_dict().items()}
+                if cfg.data_parallel != "fsdp":  # (the next variants reuse this model, from these weights)
+                    initial = {k: v.detach().to("cpu", copy=True) for k, v in raw_model.state_dict().items()}
                 model = parallelize(raw_model, cfg, rt)
-            assert raw_model.config == GPTConfig(**cfg.model_args()), "variants of one model must share its shape"
-            raw_model.fused_cross_entropy = cfg.fused_cross_entropy
-            if cfg.data_parallel != "fsdp":
+            else:  # the previous variant's model, back to its initial weights
+                assert raw_model.config == GPTConfig(**cfg.model_args()), "variants of one model must share its shape"
                 raw_model.load_state_dict(initial)
             trace = os.path.join(args.trace_dir, f"trace_{model_name}_{variant}_{cfg.micro_batch_size}.json") \
                 if args.trace_dir else ""
@@ -410,12 +414,9 @@ def optimizer_alone_ms(config: GPTConfig, device: torch.device, repeats: int, co
         step_each(repeat, timed=False)
         clock.synchronize()
         repeat += 1
-    from torch.profiler import ProfilerActivity, profile
-
     kernel_ms = {}
     for name in names:  # each on its own, so that the kernels are that optimizer's
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        with profile(activities=activities) as profiler:
+        with device_profile(device) as profiler:
             for i in range(repeats):
                 for p, g in zip(params, gradient_sets[i % 2]):
                     p.grad = g

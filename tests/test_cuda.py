@@ -29,6 +29,7 @@ from test_optim import (
     run_reference_mars, tiny_config,
 )
 from test_fsdp import sharded_dtypes
+from test_model import bf16_errors, fused_and_logits_models
 from test_train import load_weights, read_metrics
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -203,26 +204,14 @@ def test_fused_cross_entropy_on_cuda_is_as_close_to_fp32_as_the_logits_path(monk
     """model.LinearCrossEntropy on GPT-2's vocabulary, compiled, in bf16 autocast over several chunks (with
     ignored targets): its loss and gradients within twice the logits path's distance from an fp32 run's."""
     monkeypatch.setattr("model.CROSS_ENTROPY_CHUNK_ROWS", 96)  # 4 chunks, the last one short
-    torch.manual_seed(0)
-    config = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=50304)
-    reference = GPT(config).cuda()
+    logits_path, fused = (model.cuda() for model in fused_and_logits_models(
+        GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=50304)))
     x, y = torch.randint(0, 50257, (2, 2, 160), device="cuda").unbind(0)
     x, y = x[:, :128], y[:, :128].clone()
     y[0, :7] = -1
-    reference_loss = reference(x, y)[1]
-    reference_loss.backward()
-    errors = {}
-    for fused in (False, True):
-        candidate = GPT(config, fused_cross_entropy=fused).cuda()
-        candidate.load_state_dict(reference.state_dict())
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.compile(candidate)(x, y)[1]
-        loss.backward()
-        errors[fused] = (abs(loss.item() - reference_loss.item()),
-                         max(((p.grad - q.grad).norm() / q.grad.norm()).item()
-                             for p, q in zip(candidate.parameters(), reference.parameters())))
-    assert errors[True][0] <= 2 * errors[False][0] + 1e-3, errors
-    assert errors[True][1] <= 2 * errors[False][1] and errors[True][1] < 2e-2, errors
+    errors = bf16_errors(logits_path, fused, x, y, compiled=True)
+    assert errors["fused"][0] <= 2 * errors["logits"][0] + 1e-3, errors
+    assert errors["fused"][1] <= 2 * errors["logits"][1] and errors["fused"][1] < 2e-2, errors
 
 
 # ----------------------------------------------------------------------------- train.py on CUDA

@@ -125,12 +125,26 @@ def fused_and_logits_models(config: GPTConfig) -> tuple[GPT, GPT]:
     return logits_path, fused
 
 
-def loss_and_gradients(model: GPT, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None = None):
+def loss_and_gradients(model: GPT, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None = None,
+                       compiled: bool = False):
+    """The logits, loss and gradients of one forward-backward on x's device (autocast to dtype, if given)."""
     model.zero_grad()
-    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-        logits, loss = model(x, y)
+    with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+        logits, loss = (torch.compile(model) if compiled else model)(x, y)
     loss.backward()
     return logits, loss.item(), [p.grad.clone() for p in model.parameters()]
+
+
+def bf16_errors(logits_path: GPT, fused: GPT, x: torch.Tensor, y: torch.Tensor, compiled: bool = False) -> dict:
+    """Each loss path's distance in bf16 autocast from the logits path's fp32 run: (|loss - fp32 loss|, the
+    largest relative difference of a gradient)."""
+    _, reference_loss, reference = loss_and_gradients(logits_path, x, y)
+    errors = {}
+    for name, candidate in (("logits", logits_path), ("fused", fused)):
+        _, loss, gradients = loss_and_gradients(candidate, x, y, torch.bfloat16, compiled)
+        errors[name] = (abs(loss - reference_loss),
+                        max(((g - r).norm() / r.norm()).item() for g, r in zip(gradients, reference)))
+    return errors
 
 
 def test_fused_cross_entropy_is_the_same_loss_and_gradients(monkeypatch):
@@ -145,11 +159,7 @@ def test_fused_cross_entropy_is_the_same_loss_and_gradients(monkeypatch):
     logits, loss, gradients = loss_and_gradients(fused, x, y)
     assert logits is None and loss == pytest.approx(reference_loss, rel=1e-6)
     assert all(torch.allclose(g, r, rtol=1e-5, atol=1e-7) for g, r in zip(gradients, reference))
-    errors = {}
-    for name, candidate in (("logits", logits_path), ("fused", fused)):
-        _, loss, gradients = loss_and_gradients(candidate, x, y, torch.bfloat16)
-        errors[name] = (abs(loss - reference_loss),
-                        max(((g - r).norm() / r.norm()).item() for g, r in zip(gradients, reference)))
+    errors = bf16_errors(logits_path, fused, x, y)
     assert errors["fused"][0] <= 2 * errors["logits"][0] + 1e-3 and errors["fused"][1] <= 2 * errors["logits"][1]
     assert 0 < errors["fused"][1] < 2e-2, errors  # (bf16 rounding: 0.6-1.1% here, either way)
     with torch.no_grad():
