@@ -209,15 +209,17 @@ class StopSignal:
     the time limit, or a preemption) as a request to stop and be requeued, which every rank agrees on
     within two steps of the signal, without stalling a step. A scheduler gives about 30 s from SIGTERM to
     SIGKILL, too little to wait for a log step. The loop calls step_done() after each step, on every rank:
-    one process reads its own flag; under torch.distributed each call starts an asynchronous MAX
-    all-reduce of this rank's request and reads the previous call's, so every rank gets the same answer
-    at the same step. The flag is a CPU tensor reduced over a gloo group of its own, so on GPUs it
+    one process reads its own flag; under torch.distributed each call starts an asynchronous all-reduce
+    summing the ranks' requests and reads the previous call's, so every rank gets the same answer at the
+    same step (and the count of ranks a signal reached, which shows a job script that forwards signals to
+    some ranks only). The flags are a CPU tensor reduced over a gloo group of its own, so on GPUs it
     never syncs the host with the device or waits in a queue behind training's NCCL collectives;
     waited a step after it started, a few bytes, it has long arrived. A second Ctrl-C kills."""
 
     def __init__(self) -> None:
         self.received: str | None = None  # this rank's signal (a stop's, once one came)
         self.agreed = NO_STOP  # every rank's request, as of the last step_done()
+        self.ranks_signalled = 0  # how many ranks got a signal themselves, as of the last agreement read
         self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None  # (a collective)
         self.pending: tuple[dist.Work, torch.Tensor] | None = None  # the all-reduce of the last step's flags
         for sig in (signal.SIGTERM, signal.SIGINT, REQUEUE_SIGNAL):
@@ -241,14 +243,23 @@ class StopSignal:
         this one). Every rank calls it once after each step."""
         if self.group is None:
             self.agreed = self._request()
+            self.ranks_signalled = int(self.received is not None)
             return self.requested
-        if self.pending is not None:
-            work, flags = self.pending
-            work.wait()
-            self.agreed = int(flags.item())
-        flag = torch.tensor(self._request())
-        self.pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True), flag)
+        self._read_pending()
+        request = self._request()
+        # summed over ranks: how many ask to stop, how many to be requeued (a stop outranks a requeue)
+        flags = torch.tensor([request == STOP, request == REQUEUE], dtype=torch.int32)
+        self.pending = (dist.all_reduce(flags, group=self.group, async_op=True), flags)
         return self.requested
+
+    def _read_pending(self) -> None:
+        if self.pending is None:
+            return
+        work, flags = self.pending
+        work.wait()
+        stops, requeues = flags.tolist()
+        self.agreed = STOP if stops else REQUEUE if requeues else NO_STOP
+        self.ranks_signalled = max(self.ranks_signalled, stops + requeues)
 
     @property
     def requested(self) -> bool:
@@ -260,11 +271,13 @@ class StopSignal:
         return self.agreed == REQUEUE
 
     def close(self) -> None:
-        """Wait for the last all-reduce and let go of the group (before close_runtime, which destroys it: the
-        signal handlers keep this object, so its group would otherwise live on into interpreter shutdown)."""
-        if self.pending is not None:
-            self.pending[0].wait()
-        self.pending, self.group = None, None
+        """Read the last all-reduce (a rank whose signal came a moment after the others' is counted in
+        ranks_signalled there) and let go of the group (before close_runtime, which destroys it: the signal
+        handlers keep this object, so its group would otherwise live on into interpreter shutdown). The
+        agreement itself stays as the loop last read it."""
+        agreed = self.agreed
+        self._read_pending()
+        self.agreed, self.pending, self.group = agreed, None, None
 
     @property
     def exit_status(self) -> int:
@@ -277,6 +290,17 @@ class StopSignal:
             return 128 + REQUEUE_SIGNAL.value
         name = self.received if self.received and self.received != REQUEUE_SIGNAL.name else "SIGTERM"
         return 128 + signal.Signals[name].value
+
+
+def check_slurm_restarts(max_requeues: int) -> None:
+    """Refuse a SLURM job's life after more than max_requeues restarts. A run requeues itself at most that
+    often, so more restarts are requeues of SLURM's own (a node failure, a cluster's RequeueExit), which a
+    run that fails at every start would repeat for ever."""
+    job, restarts = os.environ.get("SLURM_JOB_ID"), int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    if job and restarts > max_requeues:
+        raise InputError(f"SLURM job {job} has been restarted {restarts} times, more than max_requeues="
+                         f"{max_requeues}: its log says why each life ended; the checkpoints are kept: fix that "
+                         "cause, then submit the job again (--init_from=auto resumes it) or raise max_requeues")
 
 
 def requeue_slurm_job(max_requeues: int, log: Callable[[str], None]) -> bool:

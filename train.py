@@ -49,7 +49,8 @@ from parallel import check_parallelism, clip_grad_norm_, gradient_sync, parallel
 from runlog import RunLog, lock_out_dir
 from runtime import (
     InputError, Runtime, StopSignal, Watchdog, all_reduce_sum, autocast_context, broadcast_from_main,
-    close_runtime, code_version, configure_device, exit_on_input_error, init_runtime, requeue_slurm_job, resolve_dtype,
+    check_slurm_restarts, close_runtime, code_version, configure_device, exit_on_input_error, init_runtime,
+    requeue_slurm_job, resolve_dtype,
 )
 from stop_signals import keep_early_stop_signals
 
@@ -413,9 +414,6 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
                 log.print(f"step {run.step}: writing {path} (training paused {paused:.1f} s)" if cfg.async_checkpoint
                           else f"step {run.step}: saved {path} in {paused:.1f} s")
         if stop_now:
-            if stop.requested:
-                log.print(f"stopped by {stop.received or 'a signal on another rank'} at step {run.step}; "
-                          "resume with --init_from=resume (or auto)")
             break
         window.start_time += time.time() - pause_start
 
@@ -445,15 +443,22 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
     with watchdog.paused():
         checkpoints.finish()  # an asynchronous save still being written
     watchdog.close()
+    stop.close()  # (its last count of the ranks the signal reached)
+    finished = run.step == total_iters  # a signal in the last steps leaves nothing to resume: never requeued
+    if stop.requested:
+        signal_name = stop.received or "a signal on another rank"
+        reached = f" (it reached {stop.ranks_signalled} of {rt.world_size} ranks)" if rt.world_size > 1 else ""
+        log.print(f"the run finished at step {run.step}; {signal_name}{reached} came during its last steps"
+                  if finished else f"stopped by {signal_name}{reached} at step {run.step}; resume with "
+                  "--init_from=resume (or auto)")
     if cfg.sample_tokens and not stop.requested:  # (every rank: a sharded model's forward is collective)
         with evaluation_weights(optimizer):
             print_sample(raw_model, cfg.tokenizer, cfg.sample_tokens, cfg.seed, rt.device, autocast, log)
-    status = stop.exit_status
-    if stop.requeue:  # (after every rank's part of the last checkpoint is complete: the requeue ends the job)
+    status = 0 if finished else stop.exit_status
+    if stop.requeue and not finished:  # (after every rank's part of the last checkpoint is complete)
         requeued = rt.is_main and requeue_slurm_job(cfg.max_requeues, log.print)
         status = 0 if broadcast_from_main(requeued) else status
     log.close()
-    stop.close()
     return status
 
 
@@ -461,6 +466,7 @@ def main(argv: list[str]) -> None:
     keep_early_stop_signals()  # (again, for a script that imported train and calls main: from here on)
     with exit_on_input_error(ShardError, FileNotFoundError, FloatingPointError, PrepareError):
         cfg = load_config(argv)
+        check_slurm_restarts(cfg.max_requeues)  # (a job SLURM itself requeues after every failure)
         check_complete(cfg.data_path())  # an interrupted data.prepare: its shards hold part of the data
         status = train(cfg)
     sys.exit(status)

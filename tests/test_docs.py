@@ -1,8 +1,10 @@
 """
 The README and docs/ kept honest: every relative link and image resolves; every `python -m MODULE`, script
 and config file they name exists; every `--key=value` they show is a key its command accepts (train.py's
-and the run scripts': load_config's keys; another module's: its --help); the README is a front page of
-at most 250 lines. The checks are functions, so the last test shows each failing on a broken page.
+and the run scripts': load_config's keys; another module's: its --help); every train.py (or train.sbatch)
+command they show, its config files and overrides, is one load_config accepts as it stands; the README is
+a front page of at most 250 lines with the quickstart, the GPU command lines and the headline results in
+its first screenful. The checks are functions, so the last test shows each failing on a broken page.
 """
 
 import functools
@@ -13,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PYTHON, REPO
-from optim import HYPERPARAMETERS
-from config import TrainConfig
+from optim import HYPERPARAMETERS, load_config
+from config import ConfigError, TrainConfig
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -93,18 +95,47 @@ def unknown_keys(page: Path) -> list[str]:
     return out
 
 
+CODE = re.compile(r"^```\w*\n(.*?)^```|`([^`\n]+)`", flags=re.S | re.M)
+TRAIN_ENTRY = re.compile(r"\b(?:python3?|torchrun|sbatch)\b[^#|]*?\btrain\.(?:py|sbatch)\b(.*)")  # (a command, not a message)
+
+
+def refused_train_commands(page: Path) -> list[str]:
+    """train.py and train.sbatch command lines in the page's code (blocks and inline spans; a block's lines
+    continued with a backslash joined) that load_config refuses: an unknown key, another optimizer's key, a
+    missing config file, an override not written --key=value. The arguments run to a comment or a shell
+    operator; a placeholder (<...>, $VAR, ...) skips the command."""
+    out = []
+    for block, span in CODE.findall(page.read_text()):
+        for line in (block or span).replace("\\\n", " ").splitlines():
+            match = TRAIN_ENTRY.search(line)
+            if not match:
+                continue
+            args = re.split(r"\s+(?:#|\||&&|;|>)", " " + match[1])[0].split()
+            if any(c in arg for arg in args for c in "<$*[") or "..." in args or "…" in " ".join(args):
+                continue
+            try:
+                load_config([str(REPO / a) if a.endswith(".py") else a for a in args])
+            except (ConfigError, OSError) as e:
+                out.append(f"{page.name}: train.py {' '.join(args)}: {e}")
+    return out
+
+
 @pytest.mark.quick
 def test_the_readme_is_a_front_page():
+    """At most 250 lines; its first screenful (50 lines) holds the quickstart, the GPU command lines and the
+    start of the headline results (the GPU throughput against nanoGPT), the mini reproduction's speedups soon
+    after."""
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= 250, len(lines)
-    first_screen = "\n".join(lines[:60])
-    assert "scripts/quickstart.sh" in first_screen and "torchrun" in "\n".join(lines[:80])
-    assert "speedup over AdamW" in "\n".join(lines[:100])
+    first_screen = "\n".join(lines[:50])
+    assert "scripts/quickstart.sh" in first_screen and "torchrun" in first_screen, first_screen
+    assert "## Headline results" in first_screen and "nanoGPT" in first_screen, first_screen
+    assert "speedup over AdamW" in "\n".join(lines[:70])
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_links_names_and_keys_resolve(page):
-    problems = broken_links(page) + missing_names(page) + unknown_keys(page)
+    problems = broken_links(page) + missing_names(page) + unknown_keys(page) + refused_train_commands(page)
     assert not problems, "\n".join(problems)
 
 
@@ -115,11 +146,16 @@ def test_every_docs_page_is_listed_in_the_readme():
 
 def test_the_checks_fail_on_a_broken_page(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("See [a page](nowhere.md) and ![a figure](missing.png).\n\n"
+    page.write_text("See [a page](nowhere.md), ![a figure](missing.png) and [a section](#no-such-heading).\n\n"
                     "```bash\npython train.py config/gpt2_small_mars.py --learning_rat=1e-3\n"
-                    "python -m scripts.nonexistent --x=1\npython -m bench.memory config/nothing_here.py --world_sise=8\n```\n")
-    problems = broken_links(page) + missing_names(page) + unknown_keys(page)
+                    "python -m scripts.nonexistent --x=1\npython -m bench.memory config/nothing_here.py --world_sise=8\n"
+                    "sbatch scripts/slurm/train.sbatch config/gpt2_small_adamw.py \\\n    --is_approx=False  # MARS's key\n```\n"
+                    "Or `python train.py config/gpt2_small_mars.py --max_iters 100`.\n")
+    problems = broken_links(page) + missing_names(page) + unknown_keys(page) + refused_train_commands(page)
     assert any("nowhere.md" in p for p in problems) and any("missing.png" in p for p in problems)
+    assert any("#no-such-heading" in p for p in problems)
+    assert any("'is_approx' is a setting of" in p and "'adamw'" in p for p in problems), problems  # another's key
+    assert any("--max_iters" in p and "written --key=value" in p for p in problems), problems
     assert any("--learning_rat=" in p for p in problems)
     assert any("scripts.nonexistent" in p for p in problems)
     assert any("config/nothing_here.py" in p for p in problems)

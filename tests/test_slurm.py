@@ -1,10 +1,12 @@
 """
 train.py under a real SLURM (tests/slurm_cluster.py starts a one-node cluster; no mock): a tiny run
-submitted with scripts/slurm/train.sbatch finishes; the requeue signal (scancel --signal=USR1, as a
-preemption sends it) reaches both ranks that srun started, which save one checkpoint and requeue the job
-once, and the job's second life resumes and ends bit for bit where an uninterrupted run ends; so does the
-time limit's; a job requeued max_requeues times stops, named; a crashing run is never requeued. Skipped
-where SLURM is not installed (.ci/run installs it and sets REQUIRE_SLURM, which turns the skip into a failure).
+submitted with scripts/slurm/train.sbatch finishes, its log where docs/slurm.md says; the requeue signal
+(scancel --signal=USR1, as a preemption sends it) reaches both ranks that srun started, which save one
+checkpoint and requeue the job once, and the job's second life resumes and ends bit for bit where an
+uninterrupted run ends; so does the time limit's; a job requeued max_requeues times stops, named; a
+crashing run is never requeued, and a job SLURM itself keeps restarting is refused, named; a sweep runs
+as a job array whose task requeues itself alone. Skipped where SLURM is not installed (.ci/run installs
+it and sets REQUIRE_SLURM, which turns the skip into a failure).
 """
 
 import contextlib
@@ -82,8 +84,15 @@ def weights(out: str) -> dict:
 
 
 def test_a_run_submitted_with_the_sbatch_script_finishes(cluster, tiny_dataset, tmp_path):
+    """Submitted from another folder (MARS_REPO names the repository) with the script's own --output: the
+    log is slurm-<job name>-<job id>.out where it was submitted, as docs/slurm.md says; the checkpoint in
+    out_dir."""
     out = str(tmp_path / "run")
-    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, max_iters=20))
+    proc = cluster.run("sbatch", "--parsable", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",
+                       f"--export=ALL,MARS_REPO={REPO}", str(REPO / "scripts" / "slurm" / "train.sbatch"),
+                       *tiny_run_args(tiny_dataset, out, max_iters=20), cwd=str(tmp_path))
+    job = proc.stdout.strip().split(";")[0]
+    log = str(tmp_path / f"slurm-mars-gpt2-{job}.out")
     assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
     text = open(log).read()
     assert f"job {job} (restart 0)" in text and "step 20: saved" in text, text[-3000:]
@@ -97,7 +106,8 @@ def test_the_requeue_signal_reaches_both_srun_ranks_which_save_requeue_once_and_
     once by itself, and its second life resumes (--init_from=auto) and finishes where an uninterrupted run
     of two ranks (one thread each, as the job's) does."""
     out, straight = str(tmp_path / "run"), str(tmp_path / "straight")
-    args = tiny_run_args(tiny_dataset, out, micro_batch_size=4, **LONG)
+    once = LONG | dict(eval_interval=LONG["max_iters"])  # (no scheduled save before the last step's)
+    args = tiny_run_args(tiny_dataset, out, micro_batch_size=4, **once)
     job, log = submit(cluster, tmp_path, args, "--ntasks-per-node=2")
     wait_for(training(out), 120, "training", cluster, job, log)
     cluster.run("scancel", "--signal=USR1", job)
@@ -105,13 +115,15 @@ def test_the_requeue_signal_reaches_both_srun_ranks_which_save_requeue_once_and_
     text = open(log).read()
     assert text.count(f"job {job} (restart 1)") == 1, text[-3000:]
     first_life, second_life = text.split(f"job {job} (restart 1)")
-    assert first_life.count("stopped by SIGUSR1") == 1 and first_life.count(": saved ") >= 1, first_life[-3000:]
-    stopped = re.search(r"stopped by SIGUSR1 at step (\d+)", first_life)[1]
+    # each rank got the signal itself (srun passes it to every task), and the one checkpoint is the stop's
+    assert first_life.count("stopped by SIGUSR1 (it reached 2 of 2 ranks)") == 1, first_life[-3000:]
+    assert first_life.count(": saved ") == 1, first_life[-3000:]
+    stopped = re.search(r"stopped by SIGUSR1 .* at step (\d+)", first_life)[1]
     assert re.search(rf"resuming \S+ at step {stopped}\b", second_life), second_life[-3000:]
     assert f"requeued SLURM job {job} (requeue 1 of at most 20)" in text, text[-3000:]
     assert text.count(f"requeued SLURM job {job}") == 1 and cluster.job_field(job, "Restarts") == "1"
     assert '"world_size": 2' in open(os.path.join(out, "config.json")).read()
-    run_train(tiny_run_args(tiny_dataset, straight, micro_batch_size=4, **LONG), nproc=2)
+    run_train(tiny_run_args(tiny_dataset, straight, micro_batch_size=4, **once), nproc=2)
     a, b = weights(straight), weights(out)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -138,15 +150,36 @@ def test_a_job_requeued_max_requeues_times_stops_named(cluster, tiny_dataset, tm
     assert text.count("stopped by SIGUSR1") == 2 and os.path.exists(os.path.join(out, "ckpt.pt"))
 
 
-def test_a_crashing_run_is_not_requeued(cluster, tiny_dataset, tmp_path):
-    """A NaN loss (a learning rate of 1e6) stops the run with its error; the job fails and stays failed."""
+@pytest.mark.parametrize("crash", ["nan_loss", "missing_data"])
+def test_a_crashing_run_is_not_requeued(cluster, tiny_dataset, tmp_path, crash):
+    """A NaN loss (a learning rate of 1e6) or an error (its data folder gone) stops the run with its error;
+    the job fails and stays failed."""
     out = str(tmp_path / "run")
-    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, learning_rate=1e6,
-                                                       grad_clip=0.0, warmup_iters=0, max_iters=40))
+    if crash == "nan_loss":
+        args, error = tiny_run_args(tiny_dataset, out, learning_rate=1e6, grad_clip=0.0, warmup_iters=0,
+                                    max_iters=40), "training loss is"
+    else:
+        args, error = tiny_run_args(str(tmp_path / "gone"), out, max_iters=40), str(tmp_path / "gone")
+    job, log = submit(cluster, tmp_path, args)
     assert finished(cluster, job, log) == "FAILED"
     time.sleep(2)
     assert cluster.job_state(job) == "FAILED" and cluster.job_field(job, "Restarts") == "0"
-    assert "training loss is" in open(log).read()
+    assert error in open(log).read() and "Traceback" not in open(log).read(), open(log).read()[-3000:]
+
+
+def test_a_job_slurm_itself_restarts_beyond_max_requeues_is_refused_named(cluster, tiny_dataset, tmp_path):
+    """max_requeues=0 and a job that SLURM requeues itself (scontrol requeue, as after a node failure, or a
+    cluster's RequeueExit after a crash): its second life refuses to start, naming the count and the cap,
+    so a run failing at every start is not restarted for ever; the first life's checkpoint is kept."""
+    out = str(tmp_path / "run")
+    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, max_requeues=0, **LONG))
+    wait_for(training(out), 120, "training", cluster, job, log)
+    cluster.run("scontrol", "requeue", job)
+    assert finished(cluster, job, log) == "FAILED", open(log).read()[-3000:]
+    text = open(log).read()
+    assert f"SLURM job {job} has been restarted 1 times, more than max_requeues=0" in text, text[-3000:]
+    assert cluster.job_field(job, "Restarts") == "1" and "Traceback" not in text
+    assert os.path.exists(os.path.join(out, "ckpt.pt"))
 
 
 def training_process(out: str) -> int | None:
@@ -200,6 +233,10 @@ def test_the_time_limit_signal_requeues_a_run_too_long_for_one_life(cluster, tin
     text = open(log).read()
     assert "stopped by SIGUSR1" in text and f"requeued SLURM job {job}" in text and "resuming" in text, text[-3000:]
     assert int(cluster.job_field(job, "Restarts")) >= 1 and os.path.exists(os.path.join(out, "ckpt_0000600.pt"))
+    straight = str(tmp_path / "straight")  # the same run uninterrupted, one thread as the job's task
+    run_train(tiny_run_args(tiny_dataset, straight, max_iters=600, eval_interval=300, log_interval=10))
+    a, b = weights(straight), weights(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_a_paper_run_script_submits_itself_with_slurm_1(cluster, tiny_dataset, tmp_path):
@@ -220,9 +257,9 @@ def test_a_paper_run_script_submits_itself_with_slurm_1(cluster, tiny_dataset, t
 GRID = ["--grid", "learning_rate=1e-3,3e-3", "--seeds", "1,2"]
 
 
-def sweep_on(cluster, folder: str, base: list[str], *options: str) -> str:
+def sweep_on(cluster, folder: str, base: list[str], *options: str, grid: list[str] = GRID) -> str:
     """python -m scripts.sweep FOLDER BASE GRID OPTIONS; its output."""
-    proc = subprocess.run([PYTHON, "-m", "scripts.sweep", folder, *base, *GRID, *options], env=cluster.env, cwd=REPO,
+    proc = subprocess.run([PYTHON, "-m", "scripts.sweep", folder, *base, *grid, *options], env=cluster.env, cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
@@ -256,6 +293,35 @@ def test_a_sweep_runs_as_a_job_array_and_a_rerun_submits_only_what_is_missing(cl
     array_ended(cluster, sweep_on(cluster, remote, base, "--slurm=--cpus-per-task=1"), runs=1)
     assert rows(sweep_on(cluster, remote, base, "--slurm")) == rows(table)
     assert len(os.listdir(os.path.join(remote, "slurm"))) == 2 + 5  # two task lists, five task logs
+
+
+def test_a_sweep_task_sent_the_requeue_signal_requeues_itself_alone(cluster, tiny_dataset, tmp_path):
+    """A sweep of two runs as a job array; SIGUSR1 to task 1's batch script alone (scancel --batch: the
+    script passes it on through srun to the run): that run saves and requeues its own task
+    (<array>_1, not the array), and its next life resumes and finishes; task 0 is never stopped."""
+    base = [a for a in tiny_run_args(tiny_dataset, "unused", **LONG) if not a.startswith(("--out_dir=", "--seed="))]
+    root = str(tmp_path / "sweep")
+    output = sweep_on(cluster, root, base, "--slurm=--cpus-per-task=1", grid=["--grid", "learning_rate=1e-3",
+                                                                            "--seeds", "1,2"])
+    array = re.search(r"submitted job array (\d+): 2 run", output)[1]
+    task = f"{array}_1"
+    wait_for(training(os.path.join(root, "run", "learning_rate=1e-3", "seed2")), 120, "training", cluster, task)
+    cluster.run("scancel", "--signal=USR1", "--batch", task)
+
+    def ended() -> bool:
+        if cluster.job_state(task) == "PENDING":
+            cluster.run("scontrol", "update", f"jobid={task}", "StartTime=now", check=False)
+        return cluster.run("squeue", "-h", "-j", array, check=False).stdout.strip() == ""
+
+    wait_for(ended, 300, f"job array {array}", cluster, task)
+    logs = {seed: open(os.path.join(root, "run", "learning_rate=1e-3", f"seed{seed}", "train.log")).read()
+            for seed in (1, 2)}  # (each run's train.py output; the tasks' own logs hold srun's)
+    assert f"requeued SLURM job {task} (requeue 1 of" in logs[2] and "resuming" in logs[2], logs[2][-3000:]
+    assert "stopped by" not in logs[1] and "requeued" not in logs[1], logs[1][-3000:]
+    assert cluster.job_field(task, "Restarts") == "1" and cluster.job_state(task) == "COMPLETED"
+    assert cluster.job_field(f"{array}_0", "Restarts") == "0"
+    rerun = sweep_on(cluster, root, base, "--slurm", grid=["--grid", "learning_rate=1e-3", "--seeds", "1,2"])
+    assert "submitted" not in rerun and os.path.exists(os.path.join(root, "sweep.md")), rerun
 
 
 def test_a_plain_scancel_saves_and_stops_without_requeueing(cluster, tiny_dataset, tmp_path):

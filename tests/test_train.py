@@ -154,19 +154,38 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(tiny_dataset, tmp_path):
     assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == step + 2
 
 
-def test_a_requeue_signal_during_the_imports_is_kept_for_the_first_step(tiny_dataset, tmp_path):
-    """SIGUSR1 (SLURM's requeue signal) while a real python3 still imports torch: kept, not fatal (its default
-    action ends the process, and SLURM then records the job failed, never requeued); the run stops at its
-    first step with a checkpoint, exit status 128 + SIGUSR1 outside a SLURM job."""
-    out = str(tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, str(REPO / "train.py")] + tiny_run_args(tiny_dataset, out), cwd=REPO,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
+def requeue_signal_during_the_imports(args: list[str], **env: str) -> tuple[int, str]:
+    """train.py sent SIGUSR1 while a real python3 still imports torch; (its exit status, its output)."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "train.py")] + args, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **env))
     time.sleep(0.5)  # (torch's import alone takes seconds)
     proc.send_signal(signal.SIGUSR1)
     output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGUSR1, output
+    return proc.returncode, output
+
+
+def test_a_requeue_signal_during_the_imports_is_kept_for_the_first_step(tiny_dataset, tmp_path):
+    """SIGUSR1 (SLURM's requeue signal) during the imports: kept, not fatal (its default action ends the
+    process, and SLURM then records the job failed, never requeued); the run stops at its first step with a
+    checkpoint, exit status 128 + SIGUSR1 outside a SLURM job."""
+    out = str(tmp_path / "run")
+    status, output = requeue_signal_during_the_imports(tiny_run_args(tiny_dataset, out))
+    assert status == 128 + signal.SIGUSR1, output
     assert "stopped by SIGUSR1 at step 1" in output, output
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == 1
+
+
+def test_a_requeue_signal_in_the_last_step_of_a_slurm_job_finishes_the_run_without_a_requeue(tiny_dataset,
+                                                                                               tmp_path):
+    """The same signal seen at the last step (a run of one step) inside a SLURM job: the run has finished, so
+    it exits 0, neither requeueing the job (whose next life would find nothing to do) nor asking for a resume."""
+    out = str(tmp_path / "run")
+    status, output = requeue_signal_during_the_imports(tiny_run_args(tiny_dataset, out, max_iters=1),
+                                                       SLURM_JOB_ID="999999")
+    assert status == 0 and "the run finished at step 1; SIGUSR1 came during its last steps" in output, output
+    assert not any(said in output for said in ("requeued SLURM", "not requeueing", "could not requeue",
+                                                "resume with")), output
     assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == 1
 
 
