@@ -272,3 +272,22 @@ def test_a_sharded_checkpoint_from_before_model_and_optimizer_were_separate_stil
     flip_middle_byte(os.path.join(folder, "__0_0.distcp"))
     with pytest.raises(CheckpointError, match="__0_0.distcp's sha256 differs"):
         load_model(folder)
+
+
+def test_a_sharded_checkpoint_entry_the_run_has_no_place_for_is_refused_named(tmp_path):
+    """DCP reads only the entries a state dict asks for, so an entry of the checkpoint that the run's state
+    lacks (state another setting or version of an optimizer kept) would be dropped without a word: the load
+    refuses it, naming it, before reading anything; the same state with a place for it loads it."""
+    from checkpoint import _dcp_load
+
+    folder = str(tmp_path / "optimizer")
+    dcp.save({"optimizer": {"state": {"w": {"exp_avg": torch.ones(3), "last_grad": torch.full((3,), 2.0)}}}},
+             checkpoint_id=folder, no_dist=True)
+    lacking = {"optimizer": {"state": {"w": {"exp_avg": torch.zeros(3)}}}}
+    with pytest.raises(CheckpointError, match=r"holds 1 entries this run's optimizer has no place for \(first: "
+                                              r"optimizer\.state\.w\.last_grad\), which a load would drop"):
+        _dcp_load(lacking, folder)
+    assert torch.equal(lacking["optimizer"]["state"]["w"]["exp_avg"], torch.zeros(3))  # nothing read
+    whole = {"optimizer": {"state": {"w": {"exp_avg": torch.zeros(3), "last_grad": torch.zeros(3)}}}}
+    _dcp_load(whole, folder)
+    assert torch.equal(whole["optimizer"]["state"]["w"]["last_grad"], torch.full((3,), 2.0))
