@@ -248,9 +248,10 @@ def test_a_sharded_run_folder_holds_each_ranks_own_shards(matrix, variant):
 # The straight runs against one process: FSDP and DDP over 2 ranks (one micro-step of 4 sequences each) bit for
 # bit, as one process's two micro-steps of 4 average the same (g1 + g2) / 2, but where torch's fused AdamW rounds
 # a block's vector tail otherwise (FUSED_TAIL: FSDP within OTHER_PARALLELISM; measured 7e-8); FSDP over 4 ranks, with
-# activation checkpointing, within OTHER_WORLD_SIZE (gloo's sum over 4 in its own order), but for SOAP, whose
-# bases turn rounding into O(1) differences (above). And the diagnostics of their last (log) step alike.
-AGAINST_ONE_PROCESS = {"ddp2": SAME, "fsdp2": SAME, "fsdp4": OTHER_WORLD_SIZE}
+# activation checkpointing, within 1e-5 (gloo's sum over 4 in its own order, four steps of it: measured at most
+# 2.7e-7, and 1.6e-6 for the Newton-Schulz optimizers), but for SOAP, whose bases turn rounding into O(1)
+# differences (above). And the diagnostics of their last (log) step alike.
+AGAINST_ONE_PROCESS = {"ddp2": SAME, "fsdp2": SAME, "fsdp4": 1e-5}
 FUSED_TAIL, ROUNDING_CHAOTIC = {"adamw"}, {"soap"}
 
 
