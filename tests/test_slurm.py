@@ -26,8 +26,8 @@ from checkpoint import load_model
 from conftest import PYTHON, REPO, run_train, tiny_run_args
 from scripts import sweep
 
-# ~5 s of steps: a signal sent at the first training row (step 10) comes while the run trains
-LONG = dict(max_iters=500, eval_interval=250, log_interval=10)
+# ~3 s of steps: a signal sent at the first training row (step 10) comes while the run trains
+LONG = dict(max_iters=300, eval_interval=150, log_interval=10)
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +206,7 @@ def test_the_time_limit_signal_requeues_a_run_too_long_for_one_life(cluster, tin
     (SIGSTOP, as a step that takes long) once it trains, and continued when SLURM's USR1 waits for it (or
     50 s into the job, if it came just before the stop)."""
     out = str(tmp_path / "run")
-    args = tiny_run_args(tiny_dataset, out, max_iters=600, eval_interval=300, log_interval=10)
+    args = tiny_run_args(tiny_dataset, out, max_iters=300, eval_interval=150, log_interval=10)
     submitted = time.time()
     job, log = submit(cluster, tmp_path, args, "--time=1", "--signal=USR1@40")
     trains = training(out)
@@ -226,9 +226,9 @@ def test_the_time_limit_signal_requeues_a_run_too_long_for_one_life(cluster, tin
     assert finished(cluster, job, log, timeout=300) == "COMPLETED", open(log).read()[-3000:]
     text = open(log).read()
     assert "stopped by SIGUSR1" in text and f"requeued SLURM job {job}" in text and "resuming" in text, text[-3000:]
-    assert int(cluster.job_field(job, "Restarts")) >= 1 and os.path.exists(os.path.join(out, "ckpt_0000600.pt"))
+    assert int(cluster.job_field(job, "Restarts")) >= 1 and os.path.exists(os.path.join(out, "ckpt_0000300.pt"))
     straight = str(tmp_path / "straight")  # the same run uninterrupted, one thread as the job's task
-    run_train(tiny_run_args(tiny_dataset, straight, max_iters=600, eval_interval=300, log_interval=10))
+    run_train(tiny_run_args(tiny_dataset, straight, max_iters=300, eval_interval=150, log_interval=10))
     a, b = weights(straight), weights(out)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -290,31 +290,31 @@ def test_a_sweep_runs_as_a_job_array_and_a_rerun_submits_only_what_is_missing(cl
 
 
 def test_a_sweep_task_sent_the_requeue_signal_requeues_itself_alone(cluster, tiny_dataset, tmp_path):
-    """A sweep of two runs as a job array; SIGUSR1 to task 1's batch script alone (scancel --batch: the
-    script passes it on through srun to the run): that run saves and requeues its own task
-    (<array>_1, not the array), and its next life resumes and finishes; task 0 is never stopped."""
+    """A sweep's job array; SIGUSR1 to its task's batch script alone (scancel --batch: the script passes it on
+    through srun to the run): the run saves and requeues its own task (<array>_0: the array's id alone would
+    requeue every task), and its next life resumes and finishes; then the sweep's rerun writes its table."""
+    grid = ["--grid", "learning_rate=1e-3", "--seeds", "1"]
     base = [a for a in tiny_run_args(tiny_dataset, "unused", **LONG) if not a.startswith(("--out_dir=", "--seed="))]
     root = str(tmp_path / "sweep")
-    output = sweep_on(cluster, root, base, "--slurm=--cpus-per-task=1", grid=["--grid", "learning_rate=1e-3",
-                                                                            "--seeds", "1,2"])
-    array = re.search(r"submitted job array (\d+): 2 run", output)[1]
-    task = f"{array}_1"
-    wait_for(training(os.path.join(root, "run", "learning_rate=1e-3", "seed2")), 120, "training", cluster, task)
+    output = sweep_on(cluster, root, base, "--slurm=--cpus-per-task=1", grid=grid)
+    array = re.search(r"submitted job array (\d+): 1 run", output)[1]
+    task = f"{array}_0"
+    run = os.path.join(root, "run", "learning_rate=1e-3", "seed1")
+    wait_for(training(run), 120, "training", cluster, task)
     cluster.run("scancel", "--signal=USR1", "--batch", task)
+    final = os.path.join(run, f"ckpt_{LONG['max_iters']:07d}.pt")
 
-    def ended() -> bool:
+    def second_life_done() -> bool:  # (the sole task of an array passes through FAILED as its requeue ends it)
         if cluster.job_state(task) == "PENDING":
             cluster.run("scontrol", "update", f"jobid={task}", "StartTime=now", check=False)
-        return cluster.run("squeue", "-h", "-j", array, check=False).stdout.strip() == ""
+        return os.path.exists(final) and cluster.job_state(task) == "COMPLETED"
 
-    wait_for(ended, 300, f"job array {array}", cluster, task)
-    logs = {seed: open(os.path.join(root, "run", "learning_rate=1e-3", f"seed{seed}", "train.log")).read()
-            for seed in (1, 2)}  # (each run's train.py output; the tasks' own logs hold srun's)
-    assert f"requeued SLURM job {task} (requeue 1 of" in logs[2] and "resuming" in logs[2], logs[2][-3000:]
-    assert "stopped by" not in logs[1] and "requeued" not in logs[1], logs[1][-3000:]
-    assert cluster.job_field(task, "Restarts") == "1" and cluster.job_state(task) == "COMPLETED"
-    assert cluster.job_field(f"{array}_0", "Restarts") == "0"
-    rerun = sweep_on(cluster, root, base, "--slurm", grid=["--grid", "learning_rate=1e-3", "--seeds", "1,2"])
+    # (the run's train.py output; the task's own log holds srun's)
+    wait_for(second_life_done, 240, "the task's second life", cluster, task, os.path.join(run, "train.log"))
+    log = open(os.path.join(run, "train.log")).read()
+    assert f"requeued SLURM job {task} (requeue 1 of" in log and "resuming" in log, log[-3000:]
+    assert cluster.job_field(task, "Restarts") == "1"
+    rerun = sweep_on(cluster, root, base, "--slurm", grid=grid)
     assert "submitted" not in rerun and os.path.exists(os.path.join(root, "sweep.md")), rerun
 
 
