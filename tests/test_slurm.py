@@ -62,12 +62,24 @@ def wait_for(condition, timeout: float, what: str, cluster=None, job: str = "", 
     return value
 
 
+REQUEUE_SEEN: dict[str, float] = {}  # job -> when it was first seen waiting after a requeue
+
+
+def start_requeued(cluster, job: str) -> None:
+    """Start a requeued job 2 s after it is seen waiting instead of SLURM's ~2 minutes: at once, slurmd may
+    still be ending its last life and refuse the launch ("Job credential revoked"), failing the job."""
+    if cluster.job_state(job) != "PENDING" or cluster.job_field(job, "Reason") != "BeginTime":
+        return
+    if time.time() - REQUEUE_SEEN.setdefault(job, time.time()) >= 2:
+        cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now", check=False)
+        del REQUEUE_SEEN[job]
+
+
 def finished(cluster, job: str, log: str, timeout: float = 240) -> str:
-    """Wait for the job to end, starting a requeued job at once (SLURM would wait ~2 minutes); its state."""
+    """Wait for the job to end, starting a requeued job soon (start_requeued); its state."""
     def ended():
+        start_requeued(cluster, job)
         state = cluster.job_state(job)
-        if state == "PENDING" and cluster.job_field(job, "Reason") == "BeginTime":
-            cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now", check=False)
         return state if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") else None
     return wait_for(ended, timeout, "the job to end", cluster, job, log)
 
@@ -136,8 +148,7 @@ def test_a_job_requeued_max_requeues_times_stops_named(cluster, tiny_dataset, tm
     cluster.run("scancel", "--signal=USR1", job)
 
     def second_life() -> bool:
-        if cluster.job_state(job) == "PENDING":
-            cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now", check=False)
+        start_requeued(cluster, job)
         return cluster.job_field(job, "Restarts") == "1" and cluster.job_state(job) == "RUNNING"
 
     wait_for(second_life, 120, "the second life", cluster, job, log)
@@ -302,15 +313,8 @@ def test_a_sweep_task_sent_the_requeue_signal_requeues_itself_alone(cluster, tin
     run = os.path.join(root, "run", "learning_rate=1e-3", "seed1")
     wait_for(training(run), 120, "training", cluster, task)
     cluster.run("scancel", "--signal=USR1", "--batch", task)
-    final = os.path.join(run, f"ckpt_{LONG['max_iters']:07d}.pt")
-
-    def second_life_done() -> bool:  # (the sole task of an array passes through FAILED as its requeue ends it)
-        if cluster.job_state(task) == "PENDING":
-            cluster.run("scontrol", "update", f"jobid={task}", "StartTime=now", check=False)
-        return os.path.exists(final) and cluster.job_state(task) == "COMPLETED"
-
     # (the run's train.py output; the task's own log holds srun's)
-    wait_for(second_life_done, 240, "the task's second life", cluster, task, os.path.join(run, "train.log"))
+    assert finished(cluster, task, os.path.join(run, "train.log")) == "COMPLETED"
     log = open(os.path.join(run, "train.log")).read()
     assert f"requeued SLURM job {task} (requeue 1 of" in log and "resuming" in log, log[-3000:]
     assert cluster.job_field(task, "Restarts") == "1"
