@@ -129,7 +129,7 @@ def test_the_readme_is_a_front_page():
     assert len(lines) <= 250, len(lines)
     first_screen = "\n".join(lines[:50])
     assert "scripts/quickstart.sh" in first_screen and "torchrun" in first_screen, first_screen
-    assert "## Headline results" in first_screen and "nanoGPT" in first_screen, first_screen
+    assert "## Headline results" in first_screen and "nanoGPT's `train.py`" in first_screen, first_screen
     assert "speedup over AdamW" in "\n".join(lines[:70])
 
 
