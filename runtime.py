@@ -245,21 +245,26 @@ class StopSignal:
             self.agreed = self._request()
             self.ranks_signalled = int(self.received is not None)
             return self.requested
-        self._read_pending()
+        counts = self._wait_for_pending()
+        if counts is not None:
+            stops, requeues = counts
+            self.agreed = STOP if stops else REQUEUE if requeues else NO_STOP
         request = self._request()
         # summed over ranks: how many ask to stop, how many to be requeued (a stop outranks a requeue)
         flags = torch.tensor([request == STOP, request == REQUEUE], dtype=torch.int32)
         self.pending = (dist.all_reduce(flags, group=self.group, async_op=True), flags)
         return self.requested
 
-    def _read_pending(self) -> None:
+    def _wait_for_pending(self) -> tuple[int, int] | None:
+        """The pending all-reduce's sums (ranks asking to stop, ranks asking to be requeued), counted into
+        ranks_signalled; None when none is pending."""
         if self.pending is None:
-            return
+            return None
         work, flags = self.pending
         work.wait()
         stops, requeues = flags.tolist()
-        self.agreed = STOP if stops else REQUEUE if requeues else NO_STOP
         self.ranks_signalled = max(self.ranks_signalled, stops + requeues)
+        return stops, requeues
 
     @property
     def requested(self) -> bool:
@@ -275,9 +280,8 @@ class StopSignal:
         ranks_signalled there) and let go of the group (before close_runtime, which destroys it: the signal
         handlers keep this object, so its group would otherwise live on into interpreter shutdown). The
         agreement itself stays as the loop last read it."""
-        agreed = self.agreed
-        self._read_pending()
-        self.agreed, self.pending, self.group = agreed, None, None
+        self._wait_for_pending()
+        self.pending, self.group = None, None
 
     @property
     def exit_status(self) -> int:

@@ -42,13 +42,19 @@ def cluster(tmp_path_factory):
     running.stop()
 
 
-def submit(cluster, folder, args: list[str], *sbatch_options: str) -> tuple[str, str]:
-    """sbatch scripts/slurm/train.sbatch (on CPU: one task, no GPUs) from the repository; (job id, its log)."""
-    log = os.path.join(folder, "job-%j.out")
+def submit(cluster, folder, args: list[str], *sbatch_options: str, from_folder: bool = False) -> tuple[str, str]:
+    """sbatch scripts/slurm/train.sbatch (on CPU: one task, no GPUs); (job id, its log). From the repository,
+    the log folder/job-<id>.out; from_folder: from folder itself (MARS_REPO naming the repository), the log
+    where the script's own --output puts it."""
+    if from_folder:
+        where, options = str(folder), [f"--export=ALL,MARS_REPO={REPO}"]
+    else:
+        where, options = str(REPO), [f"--output={os.path.join(folder, 'job-%j.out')}"]
     proc = cluster.run("sbatch", "--parsable", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",
-                       f"--output={log}", *sbatch_options, "scripts/slurm/train.sbatch", *args, cwd=str(REPO))
+                       *options, *sbatch_options, str(REPO / "scripts" / "slurm" / "train.sbatch"), *args, cwd=where)
     job = proc.stdout.strip().split(";")[0]
-    return job, log.replace("%j", job)
+    log = f"slurm-mars-gpt2-{job}.out" if from_folder else f"job-{job}.out"
+    return job, os.path.join(folder, log)
 
 
 def wait_for(condition, timeout: float, what: str, cluster=None, job: str = "", log: str = ""):
@@ -100,11 +106,7 @@ def test_a_run_submitted_with_the_sbatch_script_finishes(cluster, tiny_dataset, 
     log is slurm-<job name>-<job id>.out where it was submitted, as docs/slurm.md says; the checkpoint in
     out_dir."""
     out = str(tmp_path / "run")
-    proc = cluster.run("sbatch", "--parsable", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",
-                       f"--export=ALL,MARS_REPO={REPO}", str(REPO / "scripts" / "slurm" / "train.sbatch"),
-                       *tiny_run_args(tiny_dataset, out, max_iters=20), cwd=str(tmp_path))
-    job = proc.stdout.strip().split(";")[0]
-    log = str(tmp_path / f"slurm-mars-gpt2-{job}.out")
+    job, log = submit(cluster, tmp_path, tiny_run_args(tiny_dataset, out, max_iters=20), from_folder=True)
     assert finished(cluster, job, log) == "COMPLETED", open(log).read()[-3000:]
     text = open(log).read()
     assert f"job {job} (restart 0)" in text and "step 20: saved" in text, text[-3000:]
