@@ -120,6 +120,17 @@ def verify_records(ckpt: dict, prefix: str = "") -> str | None:
     return None
 
 
+def _save(obj: Any, f: IO[bytes]) -> None:
+    """torch.save(obj, f), a failed write raising its OSError (a full disk) rather than torch's RuntimeError."""
+    writer = _ErrorKeepingWriter(f)
+    try:
+        torch.save(obj, writer)
+    except RuntimeError as e:
+        if writer.error is None:
+            raise
+        raise writer.error from e
+
+
 def save_checkpoint(out_dir: str, state: dict, keep: int, best: bool = False, keep_best: bool = False) -> str:
     """Write state, with its tensors' checksums inside, as out_dir/ckpt_<step>.pt, point ckpt.pt (and, when
     best, ckpt_best.pt) at it, then remove what is beyond the newest `keep`. Returns its path."""
@@ -127,13 +138,7 @@ def save_checkpoint(out_dir: str, state: dict, keep: int, best: bool = False, ke
     state = state | {CHECKSUMS: {name: tensor_sha256(tensor) for name, tensor in tensor_records(state).items()}}
     try:  # (atomic_write removes its temporary file when the write fails)
         with atomic_write(path) as f:
-            writer = _ErrorKeepingWriter(f)
-            try:
-                torch.save(state, writer)
-            except RuntimeError as e:
-                if writer.error is None:
-                    raise
-                raise writer.error from e  # a full disk, as torch's zip writer reports it
+            _save(state, f)
         _link(path, os.path.join(out_dir, LATEST))
         if best and keep_best:
             _link(path, os.path.join(out_dir, BEST))
@@ -424,7 +429,8 @@ class ShardedCheckpoints:
                 if os.path.lexists(tmp):  # a save that was killed: never complete, never loaded
                     shutil.rmtree(tmp)
                 os.makedirs(tmp)
-                torch.save(meta, os.path.join(tmp, META))
+                with open(os.path.join(tmp, META), "wb") as f:
+                    _save(meta, f)
             except OSError as e:
                 error = f"could not write checkpoint {final} {write_failure(e)}"
         _raise_if_any(error, self.out_dir)
@@ -517,11 +523,13 @@ def _first_line(e: BaseException) -> str:
 def _dcp_failure(e: BaseException) -> str:
     """Why a DCP call failed, for a message: ' (No space left on device); free disk space ...' for the
     first rank's OSError, else ': <its first line>'. DCP raises a CheckpointException (a BaseException)
-    that carries each failed rank's exception."""
+    that carries each failed rank's exception; a write that failed inside torch's zip writer is a
+    RuntimeError ("unexpected pos ...") with the file's OSError as its context."""
     causes = [cause for cause, _ in e.failures.values()] if isinstance(e, CheckpointException) else [e]
     for cause in causes:
-        if isinstance(cause, OSError):
-            return " " + write_failure(cause)
+        for link in (cause, cause.__cause__, cause.__context__):
+            if isinstance(link, OSError):
+                return " " + write_failure(link)
     return ": " + _first_line(causes[0])
 
 

@@ -28,9 +28,12 @@ import time
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
-from checkpoint import load_latest, step_path
+from checkpoint import CheckpointError, ShardedCheckpoints, load_latest, step_path
 from conftest import REPO, run_train, tiny_run_args
+from model import GPT, GPTConfig
 from runlog import OWNER
 from test_fsdp_train import worker_of_rank
 
@@ -385,3 +388,27 @@ def test_a_full_file_system_during_a_sharded_save_is_named_and_nothing_is_lost(t
         os.remove(filler)
         run_train(tiny_run_args(tiny_dataset, out, init_from="resume", **sharded), nproc=2)
         assert load_latest(out)[1]["step"] == 12
+
+
+def test_a_full_disk_inside_torchs_zip_writer_during_a_sharded_save_is_named(tmp_path):
+    """DCP writes each tensor with torch.save, whose zip writer reports a full disk as a RuntimeError
+    ("unexpected pos ...") with the file's OSError only as its context: which of the two a rank gets
+    depends on where its write meets the end of the disk. The RuntimeError is named as a full disk too."""
+    model = GPT(GPTConfig(block_size=8, vocab_size=256, n_layer=1, n_head=1, n_embd=64))  # tensors of 64 KB
+    optimizer = torch.optim.AdamW(model.parameters())
+    with small_filesystem(str(tmp_path / "disk"), "4m") as disk:
+        fill(disk, leave_bytes=40_000)
+        with pytest.raises(CheckpointException) as raw:  # the fault as DCP reports it, without us
+            dcp.save(model.state_dict(), storage_writer=dcp.FileSystemWriter(os.path.join(disk, "raw")))
+        (cause, _), = raw.value.failures.values()
+        assert isinstance(cause, RuntimeError) and isinstance(cause.__context__, OSError), repr(cause)
+        shutil.rmtree(os.path.join(disk, "raw"))
+        out = os.path.join(disk, "run")
+        os.makedirs(out)
+        with pytest.raises(CheckpointError) as named:
+            ShardedCheckpoints(out, keep=1, keep_best=False, asynchronous=False).save(
+                model, optimizer, dict(step=5), best=False)
+        final = os.path.join(out, "ckpt_0000005")
+        assert str(named.value).startswith(f"could not write checkpoint {final} (No space left on device); "
+                                           "free disk space"), str(named.value)
+        assert os.listdir(out) == []  # the half-written folder removed
