@@ -18,6 +18,7 @@ Four launches in all (tests/ranks.py): 2 ranks, 4 ranks, one process, 2 ranks.
 """
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -192,6 +193,7 @@ def matrix(tiny_dataset, tmp_path_factory) -> tuple[str, dict]:
     return root, results
 
 
+@functools.cache  # each run's final checkpoint is read once, for all the tests that compare with it (read only)
 def final_weights(run: str) -> dict:
     return step_weights(run, STEPS)
 
