@@ -56,7 +56,8 @@ from torch.distributed.checkpoint.state_dict import (
 from data.shards import atomic_write, file_sha256, fsync_directory
 from model import GPT, GPTConfig
 from optim.contract import GroupState, needs_second_gradient
-from runtime import InputError, broadcast_from_main, device_type, resolve_dtype, write_failure
+from errors import InputError, write_failure
+from runtime import broadcast_from_main, device_type, resolve_dtype
 
 LATEST = "ckpt.pt"
 BEST = "ckpt_best.pt"

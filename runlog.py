@@ -16,7 +16,7 @@ import sys
 from typing import IO
 
 from data.shards import atomic_write
-from runtime import InputError, write_failure
+from errors import InputError, write_failure
 
 LOCK = "run.lock"  # held (flock) by the run writing this out_dir (lock_out_dir)
 OWNER = "run.lock.owner"  # where flock fails: created by the run writing this out_dir, removed when it ends

@@ -8,7 +8,6 @@ import argparse
 import contextlib
 import ctypes
 import datetime
-import errno
 import gc
 import os
 import signal
@@ -24,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
+from errors import InputError
 from stop_signals import EARLY_SIGNALS, REQUEUE_SIGNAL
 
 
@@ -382,33 +382,7 @@ class Watchdog:
                 os._exit(1)  # sys.exit cannot unwind a thread stuck in C++; the checkpoints are complete files
 
 
-class InputError(Exception):
-    """Bad input from the user (a path, a file's contents, a name): the message names it and the fix."""
-
-
-def write_failure(e: OSError) -> str:
-    """Why a write failed and what to do, for a message: '(No space left on device); free disk space'."""
-    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        fix = "free disk space (or lower ckpt_keep), or raise the quota or file-size limit"
-    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = "make the folder writable, or choose another out_dir"
-    else:
-        fix = "check the folder and its file system"
-    return f"({e.strerror or e}); {fix}"
-
-
-@contextlib.contextmanager
-def exit_on_input_error(*errors: type[BaseException]):
-    """Entry points' main(): an InputError (or one of `errors`) ends the program with its message
-    and exit status 2, no traceback; anything else is a bug and keeps its traceback."""
-    try:
-        yield
-    except (InputError, *errors) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-# Command-line argument types shared by the entry points (argparse names the argument in its error).
+# The device's command-line argument type (it asks torch; errors.py holds the others).
 
 
 def check_device(text: str) -> str:
@@ -434,18 +408,3 @@ def device_arg(text: str) -> str:
         return check_device(text)
     except InputError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
-    """An argparse type: a `kind` number no smaller than minimum."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"'{text}' is not a {'whole number' if kind is int else 'number'}") from None
-        if not value >= minimum:  # (NaN too)
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
-        return value
-
-    return parse

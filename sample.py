@@ -15,7 +15,8 @@ import torch
 from checkpoint import load_model
 from eval.scoring import model_encoding
 from model import GPT
-from runtime import InputError, at_least, device_arg, exit_on_input_error
+from errors import InputError, at_least, exit_on_input_error
+from runtime import device_arg
 
 
 def read_prompt(prompt: str) -> str:

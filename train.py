@@ -39,6 +39,7 @@ from config import ConfigError, TrainConfig
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
 from data.prepare import PrepareError, check_complete
 from data.shards import ShardError
+from errors import InputError, exit_on_input_error
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config
 from optim.contract import EvaluationWeights, VarianceReduction, evaluation_weights, needs_second_gradient
@@ -48,9 +49,8 @@ from optim.schedule import set_learning_rates
 from parallel import check_parallelism, clip_grad_norm_, gradient_sync, parallelize
 from runlog import RunLog, lock_out_dir
 from runtime import (
-    InputError, Runtime, StopSignal, Watchdog, all_reduce_sum, autocast_context, broadcast_from_main,
-    check_slurm_restarts, close_runtime, code_version, configure_device, exit_on_input_error, init_runtime,
-    requeue_slurm_job, resolve_dtype,
+    Runtime, StopSignal, Watchdog, all_reduce_sum, autocast_context, broadcast_from_main, check_slurm_restarts,
+    close_runtime, code_version, configure_device, init_runtime, requeue_slurm_job, resolve_dtype,
 )
 from stop_signals import keep_early_stop_signals
 

@@ -66,7 +66,8 @@ from optim.routing import parameter_kinds
 from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
 from optim.schedule import set_learning_rates
 from parallel import check_parallelism, parallelize
-from runtime import InputError, Runtime, autocast_context, close_runtime, configure_device, init_runtime
+from errors import InputError
+from runtime import Runtime, autocast_context, close_runtime, configure_device, init_runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -91,7 +91,8 @@ from model import GPT, GPTConfig
 from optim import load_config
 from optim.newton_schulz import balanced_owners, exchanged_bytes, row_blocks
 from optim.routing import parameter_kinds
-from runtime import InputError, Runtime, exit_on_input_error, resolve_dtype
+from errors import InputError, exit_on_input_error
+from runtime import Runtime, resolve_dtype
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GB = 1e9

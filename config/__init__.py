@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from data.tokenizer import TOKENIZERS
 from model import PRESETS, GPTConfig
-from runtime import InputError
+from errors import InputError
 
 
 @dataclass

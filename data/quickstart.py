@@ -20,7 +20,7 @@ import numpy as np
 from data.prepare import tokenize_in_order
 from data.shards import write_shard
 from data.tokenizer import TOKENIZERS
-from runtime import InputError, exit_on_input_error
+from errors import InputError, exit_on_input_error
 
 SKIPPED_DIRS = {"test", "tests", "site-packages", "idlelib", "lib2to3", "turtledemo", "__pycache__"}
 VAL_EVERY = 50

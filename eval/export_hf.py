@@ -38,7 +38,7 @@ from data.tokenizer import EOT_TOKEN, get_encoding
 from checkpoint import load_model
 from eval.scoring import model_encoding
 from model import GPT, GPTConfig
-from runtime import InputError, exit_on_input_error
+from errors import InputError, exit_on_input_error
 
 # Linear weights that GPT-2 keeps in Conv1D layout (in_features, out_features).
 CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")

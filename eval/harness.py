@@ -30,7 +30,8 @@ from eval.paper import PAPER_COLUMNS, paper_scores
 from checkpoint import load_checkpoint, load_model
 from eval.scoring import TokenPair, encode, model_encoding, right_padded, score_continuations
 from model import GPT
-from runtime import InputError, at_least, autocast_context, device_arg, exit_on_input_error
+from errors import InputError, at_least, exit_on_input_error
+from runtime import autocast_context, device_arg
 
 DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's default when a task does not say
 

@@ -28,7 +28,8 @@ from checkpoint import load_model
 from data.tokenizer import Encoding
 from eval.scoring import model_encoding, score_continuations, split_context_continuation
 from model import GPT
-from runtime import InputError, at_least, autocast_context, device_arg, exit_on_input_error
+from errors import InputError, at_least, exit_on_input_error
+from runtime import autocast_context, device_arg
 
 HUB_DATASET = "Rowan/hellaswag"  # the dataset lm-eval's hellaswag task loads
 EXAMPLE_FIELDS = ("activity_label", "ctx_a", "ctx_b", "endings", "label")  # what query_choices_gold reads

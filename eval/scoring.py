@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from data.tokenizer import Encoding, get_encoding
 from model import GPT
-from runtime import InputError
+from errors import InputError
 
 # (context tokens, continuation tokens)
 TokenPair = tuple[list[int], list[int]]

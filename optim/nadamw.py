@@ -38,7 +38,7 @@ from optim.contract import GroupState, Hyperparameters, Loop, beta, setting
 from optim.routing import weight_decay_groups
 from optim.rules import GroupwiseOptimizer
 from optim.sharding import local
-from runtime import InputError
+from errors import InputError
 
 
 @dataclass

@@ -21,7 +21,7 @@ import shutil
 import statistics
 from typing import NamedTuple
 
-from runtime import at_least
+from errors import at_least
 from scripts import sweep
 from scripts.report import (
     MIN_BUDGETS, AdamWCurve, Run, adamw_ladder, format_tokens, markdown_table, token_speedup, welch,

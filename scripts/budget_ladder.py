@@ -22,7 +22,7 @@ import argparse
 import os
 
 from optim import load_config, mini_recipes
-from runtime import at_least
+from errors import at_least
 from scripts import report, sweep
 
 BASE = "config/mini.py"

@@ -41,7 +41,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from eval.paper import PAPER_COLUMNS, paper_scores  # noqa: E402
 from config import TrainConfig  # noqa: E402
 from optim import display_name, gradients_per_step  # noqa: E402
-from runtime import InputError, exit_on_input_error  # noqa: E402
+from errors import InputError, exit_on_input_error  # noqa: E402
 
 # The paper's row order; other optimizers (MARS-Lion, ...) follow in alphabetical order.
 OPTIMIZER_ORDER = ["AdamW", "Muon", "MARS-exact", "MARS-approx"]

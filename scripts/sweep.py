@@ -33,6 +33,8 @@ type stops the sweep at once, with nothing written. Ctrl-C stops the running run
 checkpoint first; a second Ctrl-C kills them) and starts no more: rerunning the command goes on.
 """
 
+from __future__ import annotations
+
 import argparse
 import csv
 import itertools
@@ -48,11 +50,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from checkpoint import has_checkpoint
-from optim import load_config
-from runtime import InputError, at_least, exit_on_input_error
-from scripts.report import Run, load_run
+# Standard library only at the top: a SLURM task of a sweep (run_slurm_task) only waits on its train.py,
+# and imports nothing heavy (torch: seconds, or a minute on a busy shared file system, and 400 MB held
+# beside the run). What the sweep itself needs (the configs, checkpoints, the report) it imports where used.
+from errors import InputError, at_least, exit_on_input_error
+
+if TYPE_CHECKING:
+    from scripts.report import Run
 
 DIVERGED = "diverged.txt"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,6 +136,8 @@ def check_points(root: str, points: list[Point], seed: int, base: list[str], rec
                  option: str) -> None:
     """Resolve each point's config as train.py will, so that a misspelt key or a value of the wrong type
     stops the sweep before any run starts or any folder is made (not after the first runs)."""
+    from optim import load_config
+
     for point in points:
         try:
             load_config(train_args(root, point, seed, base, recipes))
@@ -200,8 +208,7 @@ def run_seed(root: str, point: Point, seed: int, base: list[str], recipes: dict[
     out_dir = point.seed_folder(root, seed)
     if launcher.stopping or settled(out_dir):
         return
-    args = train_args(root, point, seed, base, recipes) + [
-        f"--init_from={'resume' if has_checkpoint(out_dir) else 'scratch'}"]
+    args = train_args(root, point, seed, base, recipes) + ["--init_from=auto"]  # (resumes from a checkpoint)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
@@ -264,7 +271,11 @@ def settled(out_dir: str) -> bool:
 
 def finished_run(out_dir: str) -> Run | None:
     """The run in out_dir if it trained to its end, else None."""
-    run = load_run(out_dir) if os.path.exists(os.path.join(out_dir, "metrics.jsonl")) else None
+    if not os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
+        return None  # (not begun: a task's first life reads no run, and imports no report)
+    from scripts.report import load_run
+
+    run = load_run(out_dir)
     return run if run is not None and run.complete else None
 
 
@@ -488,6 +499,8 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
 
 def progress(root: str) -> str:
     """How far the sweep in root got: its finished runs, and the unfinished ones a rerun resumes."""
+    from checkpoint import has_checkpoint
+
     finished = resumable = unsaved = 0
     for folder, _, files in os.walk(root):  # (no folder yet: nothing ran)
         if "train.log" not in files:

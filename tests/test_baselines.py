@@ -24,7 +24,7 @@ from optim.contract import (
     EvaluationWeights, SecondGradient, VarianceReduction, evaluation_weights, needs_second_gradient,
 )
 from optim.routing import weight_decay_groups
-from runtime import InputError
+from errors import InputError
 from conftest import run_train, tiny_run_args
 from test_optim import TINY, tiny_config
 from test_train import load_weights, read_metrics

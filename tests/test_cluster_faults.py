@@ -332,7 +332,7 @@ def test_a_second_run_in_the_same_out_dir_is_refused_while_the_first_runs(tiny_d
 CLAIM = """
 import json, os, sys
 from runlog import OWNER, lock_out_dir
-from runtime import InputError
+from errors import InputError
 for out in sys.argv[1:]:
     try:
         lock_out_dir(out)

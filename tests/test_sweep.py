@@ -1,6 +1,7 @@
 """scripts/sweep.py end to end on CPU: a grid of 2 points x 2 seeds (plus a diverging point), its table,
 CSV and plot; a rerun that trains nothing; the coordinate search moving its centre. Bad arguments stop
-it before anything runs; Ctrl-C stops its runs with a checkpoint and says how to go on."""
+it before anything runs; Ctrl-C stops its runs with a checkpoint and says how to go on. A SLURM task of
+a sweep imports no torch."""
 
 import contextlib
 import csv
@@ -140,3 +141,14 @@ def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(sig, tiny_dataset, tmp_path
     assert "1 stopped with a checkpoint" in err and "Rerun the same command to go on" in err
     assert "stopped by SIGTERM" in log.read_text() and has_checkpoint(str(log.parent))
     assert not (folder / "run" / "base" / "seed2").exists()
+
+
+def test_a_sweeps_slurm_task_imports_neither_torch_nor_the_report():
+    """A SLURM task of a sweep (python3 -m scripts.sweep --slurm-task) only waits on its train.py: its
+    imports leave out torch (seconds, a minute on a busy shared file system, while the requeue signal it
+    ignores once running would end it; and 400 MB held beside the run). The real python3: the preloaded
+    one has torch already."""
+    heavy = "{'torch', 'numpy', 'matplotlib', 'scripts.report'}"
+    code = f"import sys, scripts.sweep; print(sorted({heavy} & set(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr[-2000:])
