@@ -61,8 +61,15 @@ def client(server_socket: str, real_python: str) -> None:
     if first[0] != "pid":  # not a command the server can run: the real interpreter runs it
         os.execv(real_python, [real_python, *args])
     pid = int(first[1])
+
+    def forward(signum: int, frame) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:  # the child has just ended (torchrun stopping the other ranks): its status follows
+            pass
+
     for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, lambda signum, frame: os.kill(pid, signum))
+        signal.signal(signum, forward)
     last = replies.readline().split()
     if not last:
         sys.exit(f"tests/preload.py: the server stopped before child {pid} ended")
