@@ -384,48 +384,60 @@ def bench_model(model_name: str, variants: list[str], args: argparse.Namespace, 
 def optimizer_alone_ms(config: GPTConfig, device: torch.device, repeats: int, compiled: bool,
                        warmup_s: float = 3.0) -> dict[str, tuple[float, float]]:
     """For torch's fused AdamW and MARS-AdamW (approx, compiled or eager rules) on the parameters of a GPT of
-    this config: (the median ms of one step between two events, the ms of the kernels a step runs). Steps are
-    interleaved, as bench.optimizer_step times them. The steps before the timed ones run for warmup_s seconds
-    (at least two each: state allocation, compilation): an idle GPU clocks down (an H100's SM clock idles at
-    345 MHz). The events' span also holds whatever time the GPU waits for the host to launch the step's
-    kernels (grouping the tensors, the rule's guards: a host's speed and load, and it varies from run to run);
-    the kernels' time, summed by torch.profiler over `repeats` more steps of each optimizer on its own, is the
-    step's own work on the device, the figure the memory-traffic floor compares with. (On CPU: the aten ops'
-    own time.)"""
+    this config: time_optimizer_steps's (median ms between events, kernels' ms) of each."""
     with torch.device(device):
         model = GPT(config)
     params = list(model.parameters())
     gradient_sets = [[torch.randn_like(p) * 1e-3 for p in params] for _ in range(2)]
     factories = make_optimizers(model, device)
     names = ["adamw-fused", "mars-adamw" if compiled else "mars-adamw-eager"]
-    optimizers = {name: factories[name]() for name in names}
-    clock, marks = Clock(device), {name: [] for name in names}
+    return time_optimizer_steps(params, {name: factories[name]() for name in names},
+                                {name: gradient_sets for name in names}, device, repeats, warmup_s)
 
-    def step_each(repeat: int, timed: bool) -> None:
+
+def time_optimizer_steps(params: list[torch.Tensor], optimizers: dict[str, torch.optim.Optimizer],
+                         gradient_sets: dict[str, list[list[torch.Tensor]]], device: torch.device, repeats: int,
+                         warmup_s: float = 3.0) -> dict[str, tuple[float, float]]:
+    """Per optimizer over params (each stepping with its own list of gradient sets, in turn): (the median ms
+    of one step between two events, the ms of the kernels a step runs). Steps are interleaved, as
+    bench.optimizer_step times them. The steps before the timed ones run for warmup_s seconds (at least two
+    each: state allocation, compilation): an idle GPU clocks down (an H100's SM clock idles at 345 MHz). The
+    events' span also holds whatever time the GPU waits for the host to launch the step's kernels (grouping
+    the tensors, the rule's guards: a host's speed and load, and it varies from run to run); the kernels'
+    time, summed by torch.profiler over `repeats` more steps of each optimizer on its own, is the step's own
+    work on the device, the figure the memory-traffic floor compares with. (On CPU: the aten ops' own time.)"""
+    names = list(optimizers)
+    clock, marks, steps_taken = Clock(device), {name: [] for name in names}, {name: 0 for name in names}
+
+    def step(name: str) -> None:
+        # each optimizer's next gradient set is never the one it stepped with last (MARS keeps that one)
+        sets = gradient_sets[name]
+        for p, g in zip(params, sets[steps_taken[name] % len(sets)]):
+            p.grad = g
+        optimizers[name].step()
+        steps_taken[name] += 1
+
+    def step_each(timed: bool) -> None:
         for name in names:
-            for p, g in zip(params, gradient_sets[repeat % 2]):
-                p.grad = g
             start = clock.mark()
-            optimizers[name].step()
+            step(name)
             if timed:
                 marks[name].append((start, clock.mark()))
 
     warm_until, repeat = time.perf_counter() + warmup_s, 0
     while repeat < 2 or time.perf_counter() < warm_until:
-        step_each(repeat, timed=False)
+        step_each(timed=False)
         clock.synchronize()
         repeat += 1
     kernel_ms = {}
     for name in names:  # each on its own, so that the kernels are that optimizer's
         with device_profile(device) as profiler:
-            for i in range(repeats):
-                for p, g in zip(params, gradient_sets[i % 2]):
-                    p.grad = g
-                optimizers[name].step()
+            for _ in range(repeats):
+                step(name)
             clock.synchronize()
         kernel_ms[name] = profile_breakdown(profiler.key_averages(), repeats, 0.0, device)[0]["busy"]
-    for repeat in range(repeat, repeat + repeats):
-        step_each(repeat, timed=True)
+    for _ in range(repeats):
+        step_each(timed=True)
     clock.synchronize()
     return {name: (statistics.median(clock.ms(*pair) for pair in marks[name]), kernel_ms[name]) for name in names}
 

@@ -2,9 +2,9 @@
 # The GPU issue's measurements on one lent GPU, in stages, each bounded so that the whole fits one call of
 # the device tool (10 minutes) and leaves what it measured under $OUT even if a later stage runs out:
 #
-#   bash bench/gpu_round.sh mfu nanogpt tests     # stages, in the order given
+#   bash bench/gpu_round.sh tests official fsdp   # stages, in the order given
 #
-#   env      the GPU, its clocks, the torch and library versions, the preloaded import that initialises CUDA
+#   env      the GPU, its clocks, the torch and library versions
 #   mfu      GPT-2 small, AdamW, bench.gpu, one process per variant of $MFU_VARIANTS (';'-separated bench.gpu
 #            options), each profiled: where a step's time goes, by kind of kernel. The default: what 2026-11-26
 #            left unmeasured (the fused cross-entropy compiled, at 16 and 32; micro-batch 64 with and without it);
@@ -18,12 +18,15 @@
 #   large    timed rows of large and XL under FSDP with activation checkpointing
 #   async    train.py on GPT-2 small, FSDP on one GPU, a checkpoint every 10 steps: how long a save holds
 #            training up, synchronous against asynchronous (its log lines)
+#   official MARS-AdamW against its authors' fused implementation (bench.official_mars on the official
+#            MARS/optimizers folder carried in .gpu/MARS: its foreach path and its CUDA extension, whose build
+#            starts in the background when the script starts, beside the stages before this one)
 #   alone    the optimizer step alone, twice (fused AdamW against MARS-AdamW, 100 repeats: the kernels' time
 #            from torch.profiler, and the span between CUDA events)
 #   nanogpt  nanoGPT's own train.py at the same shape and micro-batch 16 (bench.nanogpt; .gpu/nanogpt)
 #   tests    tests/test_cuda.py on 8 pytest-xdist workers, for at most $TESTS_S seconds (default: what is left)
 #
-# Wheels the GPU image lacks travel in .whl/ (datasets, lm-eval, schedulefree, ...), GPT-2's BPE in
+# Wheels the GPU image lacks travel in .whl/ (schedulefree; the GPU stages import nothing else it lacks), GPT-2's BPE in
 # .gpu/tiktoken; BUDGET is the seconds the stages may use in all.
 set -u
 OUT=${OUT:-/tmp/gpu_round}
@@ -44,25 +47,18 @@ bench_gpu() {  # one bench.gpu process: GPT-2 small, AdamW, 20 measured steps, n
 {
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
         --format=csv
-    python3 -c "import torch, triton, pyarrow, datasets, lm_eval, schedulefree, sys
-print('torch', torch.__version__, 'triton', triton.__version__, 'pyarrow', pyarrow.__version__, 'python', sys.version.split()[0])
+    python3 -c "import torch, triton, schedulefree, sys
+print('torch', torch.__version__, 'triton', triton.__version__, 'python', sys.version.split()[0])
 print('cudnn', torch.backends.cudnn.version(), 'cudnn sdpa', torch.backends.cuda.cudnn_sdp_enabled())"
-    # which preloaded import leaves a forked child unable to use CUDA (tests/preload.py)
-    for nvml in ${NVML_CHECKS:-0 1}; do
-        PYTORCH_NVML_BASED_CUDA_CHECK=$nvml python3 -c "import importlib, sys
-sys.path[:0] = ['.', 'tests']
-from preload import PRELOADED, fork_can_use_cuda
-for name in PRELOADED:
-    importlib.import_module(name)
-    if not fork_can_use_cuda():
-        print('NVML check $nvml: forked children cannot use CUDA after importing', name); break
-else:
-    print('NVML check $nvml: forked children can use CUDA after every preloaded import')"
-    done
 } 2>&1 | tee "$OUT/env.txt"
+
+if [[ " $* " == *" official "* ]]; then  # the extension's build (CPU only) runs beside the stages before it
+    MAX_JOBS=8 python3 -m bench.official_mars .gpu/MARS/MARS/optimizers --build-only >"$OUT/official_build.txt" 2>&1 &
+fi
 
 for stage in "$@"; do
     echo "=== $stage ($(left) s left)"
+    [ "$(left)" -gt 60 ] || { echo "skipped: $stage (time)"; continue; }
     case $stage in
     mfu)
         IFS=';' read -ra variants <<< "${MFU_VARIANTS:---micro-batch 16 --fused-cross-entropy;--micro-batch 32 --fused-cross-entropy;--micro-batch 64;--micro-batch 64 --fused-cross-entropy}"
@@ -73,6 +69,11 @@ for stage in "$@"; do
         gzip -f "$OUT"/trace_*.json 2>/dev/null ;;
     autotune)
         bench_gpu "$(($(left) - 10))" --micro-batch 32 --compile-mode max-autotune-no-cudagraphs --profile-steps 3 ;;
+    official)
+        wait  # the extension's build
+        cat "$OUT/official_build.txt"
+        timeout $(( $(left) - 10 < 150 ? $(left) - 10 : 150 )) python3 -m bench.official_mars .gpu/MARS/MARS/optimizers \
+            --repeats 100 2>>"$OUT/official.err" | tee "$OUT/official.txt" ;;
     alone)
         for run in 1 2; do
             timeout 100 python3 -m bench.gpu --models "" --memory-only "" --alone-repeats 100 2>>"$OUT/mfu.err" \
@@ -81,7 +82,7 @@ for stage in "$@"; do
     graphs)
         bench_gpu 150 --micro-batch 16 --compile-mode reduce-overhead --profile-steps 3 ;;
     fsdp | memory | large)
-        families=adamw,mars-approx,mars-exact,muon,lion,schedule-free-adamw
+        families=adamw,mars-approx,mars-exact,muon
         case $stage in
         fsdp) runs=("--data-parallel ddp --models small --memory-only '' --optimizers $families"
                     "--data-parallel fsdp --models small --memory-only '' --optimizers $families") ;;
@@ -103,7 +104,7 @@ for stage in "$@"; do
                 --async_checkpoint=$async 2>&1 | grep -E "saved|writing|step 30/" | tee -a "$OUT/async.txt"
         done ;;
     nanogpt)
-        timeout 150 python3 -m bench.nanogpt .gpu/nanogpt --models small --micro-batch 16 --steps 20 --warmup 5 \
+        timeout $(( $(left) - 10 < 150 ? $(left) - 10 : 150 )) python3 -m bench.nanogpt .gpu/nanogpt --models small --micro-batch 16 --steps 20 --warmup 5 \
             2>>"$OUT/nanogpt.err" | tee "$OUT/nanogpt.txt" ;;
     tests)
         # (pytest.ini's addopts name an xdist option that older xdist lacks; the image's may be older)
