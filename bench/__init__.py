@@ -7,6 +7,7 @@ Benchmarks, each run from the repository root as `python -m bench.<name>`:
     python -m bench.gpu                # GPU: tokens/s, MFU, memory and the step split, per optimizer
     python -m bench.memory CONFIG --world_size N   # a model of memory per GPU by part, and communication
     python -m bench.nanogpt NANOGPT    # GPU: nanoGPT's own train.py at the same shape and batch (the reference)
+    python -m bench.official_mars MARS/MARS/optimizers   # GPU: MARS-AdamW against its authors' fused kernel
     bash bench/gpu_round.sh STAGES     # a lent GPU's measurements, in stages sized to one call (see the script)
 
 Each prints the command and the machine first (print_header), so a pasted result says where it came from.
