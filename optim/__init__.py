@@ -35,11 +35,14 @@ __all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", 
 
 @dataclass(frozen=True)
 class MiniRecipe:
-    """A run of the CPU mini reproduction: its arguments after config/mini.py, and the learning rates
-    scripts/mini_sweep.sh tries (its config's rate comes from that sweep)."""
+    """A run of the CPU mini reproduction: its arguments after config/mini.py, the learning rates
+    scripts/mini_sweep.sh tries (its config's rate comes from that sweep), and the keys of the optimizer's own
+    that scripts/tune.py tunes beside the learning rate and weight decay (its warmup, its second-moment or
+    momentum rate, and what its paper says matters most)."""
 
     args: str
     learning_rates: tuple[float, ...]
+    tune: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,31 +57,41 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
     spec.name: spec
     for spec in (
         OptimizerSpec("adamw", AdamWHyperparameters, build_adamw,
-                      {"adamw": MiniRecipe("config/mini_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3))}),
+                      {"adamw": MiniRecipe("config/mini_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3),
+                                            ("warmup_iters", "beta1", "beta2"))}),
         # MARS-exact first: it is the longest, so parallel runs finish together (four rates: twice the
         # compute per step).
         OptimizerSpec("mars", MARSHyperparameters, build_mars, {
-            "mars_exact": MiniRecipe("config/mini_mars.py --is_approx=False", (1.5e-3, 3e-3, 6e-3, 1.2e-2)),
-            "mars_approx": MiniRecipe("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2)),
+            "mars_exact": MiniRecipe("config/mini_mars.py --is_approx=False", (1.5e-3, 3e-3, 6e-3, 1.2e-2),
+                                     ("warmup_iters", "beta2", "gamma")),
+            "mars_approx": MiniRecipe("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
+                                      ("warmup_iters", "beta2", "gamma")),
         }),
         OptimizerSpec("muon", MuonHyperparameters, build_muon,
-                      {"muon": MiniRecipe("config/mini_muon.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2))}),
+                      {"muon": MiniRecipe("config/mini_muon.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2),
+                                           ("warmup_iters", "muon_momentum"))}),
         OptimizerSpec("mars-m", MARSMHyperparameters, build_mars_m,
-                      {"mars_m": MiniRecipe("config/mini_mars_m.py", (3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2))}),
+                      {"mars_m": MiniRecipe("config/mini_mars_m.py", (3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
+                                             ("warmup_iters", "beta1", "gamma"))}),
         OptimizerSpec("moonlight", MoonlightHyperparameters, build_moonlight,
-                      {"moonlight": MiniRecipe("config/mini_moonlight.py", (3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2))}),
+                      {"moonlight": MiniRecipe("config/mini_moonlight.py", (3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
+                                                   ("warmup_iters", "beta1"))}),
         # the baselines of the 2025 optimizer benchmarks (Wen et al.; Semenov et al.)
         OptimizerSpec("lion", LionHyperparameters, build_lion,
-                      {"lion": MiniRecipe("config/mini_lion.py", (1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3))}),
+                      {"lion": MiniRecipe("config/mini_lion.py", (1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3),
+                                           ("warmup_iters", "beta2"))}),
         OptimizerSpec("nadamw", NAdamWHyperparameters, build_nadamw,
-                      {"nadamw": MiniRecipe("config/mini_nadamw.py", (1e-3, 2e-3, 4e-3, 8e-3))}),
+                      {"nadamw": MiniRecipe("config/mini_nadamw.py", (1e-3, 2e-3, 4e-3, 8e-3),
+                                             ("warmup_iters", "beta2"))}),
         OptimizerSpec("ademamix", AdEMAMixHyperparameters, build_ademamix,
-                      {"ademamix": MiniRecipe("config/mini_ademamix.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3))}),
+                      {"ademamix": MiniRecipe("config/mini_ademamix.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3),
+                                                 ("warmup_iters", "beta3", "alpha"))}),
         OptimizerSpec("schedule-free-adamw", ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw,
                       {"schedule_free_adamw": MiniRecipe("config/mini_schedule_free_adamw.py",
-                                                         (2e-3, 4e-3, 8e-3, 1.6e-2))}),
+                                                         (2e-3, 4e-3, 8e-3, 1.6e-2), ("sf_warmup_steps", "beta2"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
-                      {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2))}),
+                      {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
+                                         ("warmup_iters", "beta2", "precondition_frequency"))}),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}

@@ -1,0 +1,309 @@
+"""
+Phase-1 tuning of the mini reproduction's recipes as Wen et al. (2025, "Fantastic Pretraining Optimizers and
+Where to Find Them") tune: coordinate descent on one seed over the learning rate, the weight decay, the
+warmup, the second-moment (or momentum, or EMA) rate and each optimizer's own keys, AdamW first.
+
+    python -m scripts.tune out/mini_tune --jobs 2                         # AdamW, then every mini recipe
+    python -m scripts.tune out/mini_tune --recipes mars_approx,muon --jobs 2   # AdamW, then these two
+    python -m scripts.tune out/mini_tune --report-only                     # tuning.md from what has run
+
+Per recipe (the registry's mini recipes, optim/__init__.py: the keys it tunes are `learning_rate`,
+`weight_decay` and its MiniRecipe.tune):
+
+1. The seed noise: the recipe's own point (config/mini.py, config/mini_<x>.py) at seeds 1, 2 and 3; the
+   standard deviation of their best validation losses is the threshold of every move below.
+2. Rounds over the keys, on seed 1. For each key, the centre's two neighbours on the key's ladder (LADDERS;
+   the learning rate: the centre times 2^(-1/2) and 2^(1/2)); when the better neighbour beats the centre by
+   more than the noise, the centre moves there and the search walks on in that direction while each step
+   beats the new centre by more than the noise. A round in which no key moved ends the search, as does
+   --max-rounds.
+3. The tuned point at seeds 2, 3 and 4 (its mean over seeds 1-4 is its result), and its sensitivity as the
+   benchmarks report it: seed 1 at 0.5x and 2x its learning rate.
+
+AdamW is always tuned first, and no other recipe's search (steps 1-2) runs more runs than AdamW's did: a
+search that reaches that number stops there, and tuning.md says so. Every run is a point of scripts.sweep
+(<folder>/<recipe>/<key=value,...>/seed<N>/, every tuned key in its name), so a rerun of the same command
+reads the finished runs, resumes unfinished ones from their checkpoints and takes the same path again; a
+diverged run is recorded, never retried, and never chosen. Every point the search can reach first (each
+key's ladder around the recipe's point, the learning rate at 0.5x and 2x) is resolved as train.py resolves
+it before any run, so a key the recipe's optimizer does not read, or a value out of its range, stops the
+command by name with nothing run.
+
+Written to the folder as the recipes finish: tuning.md (per recipe: the noise, every key's tried values
+per round, the tuned point, seeds 1-4, the sensitivity, the runs), tuning.csv (every run: recipe, values,
+seed, best validation loss) and tuned.json (the tuned values per recipe, for config/mini_<x>.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+from errors import InputError, at_least, exit_on_input_error
+from scripts import sweep
+
+BASE = "config/mini.py"
+ANCHOR = "adamw"  # tuned first; its search's run count caps every other recipe's
+NOISE_SEEDS, SEARCH_SEED, FINAL_SEEDS = (1, 2, 3), 1, (2, 3, 4)
+LR_STEP = math.sqrt(2)  # the learning rate's ladder: a factor of 2^(1/2) between neighbours
+WARMUPS = (0, 6, 12, 25, 50, 100)  # steps, of the mini run's 256
+LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its ladder where it falls
+    "weight_decay": (0.0, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0),
+    "warmup_iters": WARMUPS,
+    "sf_warmup_steps": WARMUPS,
+    "beta1": (0.8, 0.85, 0.9, 0.95, 0.98),
+    "beta2": (0.9, 0.95, 0.98, 0.99, 0.995, 0.999),
+    "muon_momentum": (0.8, 0.85, 0.9, 0.95, 0.98),
+    "gamma": (0.00625, 0.0125, 0.025, 0.05, 0.1, 0.2),
+    "beta3": (0.99, 0.995, 0.999, 0.9995, 0.9999),
+    "alpha": (2.0, 4.0, 8.0, 16.0),
+    "precondition_frequency": (1, 3, 10, 30, 100),
+}
+
+
+def text(value: float) -> str:
+    """A value as it is written in a run's folder name and passed to train.py (4 significant digits)."""
+    return f"{value:.4g}"
+
+
+def neighbour(key: str, value: str, direction: int) -> str | None:
+    """The next value of key's ladder below (direction -1) or above (+1) value; None past its end."""
+    if key == "learning_rate":
+        return text(float(value) * LR_STEP ** direction)
+    ladder = sorted({float(v) for v in LADDERS[key]} | {float(value)})
+    i = ladder.index(float(value)) + direction
+    return text(ladder[i]) if 0 <= i < len(ladder) else None
+
+
+@dataclass
+class Tried:
+    round: int
+    key: str
+    losses: dict[str, float]  # value -> seed-1 best validation loss (inf: diverged)
+    centre: str  # the key's value after this step
+
+
+@dataclass
+class RecipeTuning:
+    recipe: str
+    keys: list[str]
+    start: dict[str, str]
+    centre: dict[str, str] = field(default_factory=dict)
+    noise: float = 0.0
+    start_losses: list[float] = field(default_factory=list)
+    tried: list[Tried] = field(default_factory=list)
+    search_runs: set = field(default_factory=set)  # (point, seed) of steps 1-2
+    capped: int = 0  # AdamW's run count, when the search stopped there
+    final: sweep.Score | None = None
+    sensitivity: dict[str, float] = field(default_factory=dict)  # "0.5x"/"2x" -> seed-1 loss
+
+
+class Tuner:
+    """One tuning folder: runs points (scripts.sweep's folders and launcher) and keeps what each recipe did."""
+
+    def __init__(self, root: str, base: list[str], recipes: dict[str, list[str]], jobs: int, report_only: bool):
+        self.root, self.base, self.recipes, self.jobs = root, base, recipes, jobs
+        self.report_only = report_only
+        self.launcher = sweep.Launcher()
+
+    def point(self, tuning: RecipeTuning, values: dict[str, str]) -> sweep.Point:
+        return sweep.Point(tuning.recipe, tuple((k, values[k]) for k in tuning.keys))
+
+    def scores(self, points: list[sweep.Point], seeds: tuple[int, ...]) -> dict[sweep.Point, sweep.Score]:
+        """Each point's score over seeds, after running what has not run (--report-only: what has run)."""
+        if not self.report_only:
+            sweep.run_points(self.root, points, list(seeds), self.base, self.recipes, self.jobs, [], self.launcher)
+        return {p: sweep.score(self.root, p, list(seeds)) for p in points}
+
+    def losses(self, tuning: RecipeTuning, centre: dict[str, str], key: str, values: list[str]) -> dict[str, float]:
+        """Seed 1's loss at each value of key, the other keys at the centre (inf: diverged or not run)."""
+        points = [self.point(tuning, centre | {key: v}) for v in values]
+        scores = self.scores(points, (SEARCH_SEED,))
+        return {v: scores[p].mean for v, p in zip(values, points)}
+
+    def tune(self, tuning: RecipeTuning, budget: int | None, max_rounds: int) -> RecipeTuning:
+        """Steps 1-3 of the module's docstring for one recipe; budget: the most runs steps 1-2 may make."""
+        centre = dict(tuning.start)
+        start = self.point(tuning, centre)
+        tuning.start_losses = self.scores([start], NOISE_SEEDS)[start].losses
+        tuning.search_runs |= {(start, s) for s in NOISE_SEEDS}
+        tuning.noise = statistics.stdev(tuning.start_losses) if len(tuning.start_losses) > 1 else 0.0
+        best_loss = self.scores([start], (SEARCH_SEED,))[start].mean
+
+        def try_values(key: str, values: list[str]) -> dict[str, float] | None:
+            """Seed 1 at these values of key, unless that would pass the budget (None)."""
+            new = {(self.point(tuning, centre | {key: v}), SEARCH_SEED) for v in values} - tuning.search_runs
+            if budget is not None and len(tuning.search_runs | new) > budget:
+                tuning.capped = budget
+                return None
+            tuning.search_runs |= new
+            return self.losses(tuning, centre, key, values)
+
+        for round_ in range(1, max_rounds + 1):
+            moved = False
+            for key in tuning.keys:
+                below, above = neighbour(key, centre[key], -1), neighbour(key, centre[key], +1)
+                losses = try_values(key, [v for v in (below, above) if v is not None])
+                if losses is None:
+                    break
+                losses[centre[key]] = best_loss
+                candidate = min(losses, key=losses.get)
+                direction = 1 if candidate == above else -1
+                # walk while a step beats the centre by more than the noise; the next two steps run together
+                # (two cores), the second one wasted only where the first does not beat the centre
+                while candidate != centre[key] and best_loss - losses[candidate] > tuning.noise:
+                    centre[key], best_loss, moved = candidate, losses[candidate], True
+                    ahead = [v for v in (neighbour(key, candidate, direction),) if v is not None]
+                    ahead += [v for v in (neighbour(key, ahead[0], direction) if ahead else None,) if v is not None]
+                    step = try_values(key, [v for v in ahead if v not in losses]) if ahead else None
+                    if step is None:
+                        break
+                    losses |= step
+                    candidate = ahead[0]
+                tuning.tried.append(Tried(round_, key, losses, centre[key]))
+            if tuning.capped or not moved:
+                break
+        tuning.centre = centre
+        tuned = self.point(tuning, centre)
+        tuning.final = self.scores([tuned], (SEARCH_SEED, *FINAL_SEEDS))[tuned]
+        for label, factor in (("0.5x", 0.5), ("2x", 2.0)):
+            lr = text(float(centre["learning_rate"]) * factor)
+            tuning.sensitivity[label] = self.losses(tuning, centre, "learning_rate", [lr])[lr]
+        return tuning
+
+
+def start_values(base: list[str], recipe_args: list[str], keys: list[str]) -> dict[str, str]:
+    """Each tuned key's value in the recipe's own config, as its folder name writes it."""
+    from optim import load_config
+
+    cfg = load_config([*base, *recipe_args])
+    values = {}
+    for k in keys:
+        if not hasattr(cfg, k) and not hasattr(cfg.hyperparameters, k):  # the config's own error, naming the key
+            load_config([*base, *recipe_args, f"--{k}={text(LADDERS[k][0])}"])
+        values[k] = text(getattr(cfg, k) if hasattr(cfg, k) else getattr(cfg.hyperparameters, k))
+    return values
+
+
+def reachable_first(recipe: str, keys: list[str], start: dict[str, str]) -> list[sweep.Point]:
+    """Every ladder value of every key around the recipe's point, and its learning rate at 0.5x and 2x."""
+    points = []
+    for key in keys:
+        values = [text(0.5 * float(start[key])), text(2 * float(start[key]))] if key == "learning_rate" else \
+            [text(v) for v in LADDERS[key]]
+        points += [sweep.Point(recipe, tuple((k, v if k == key else start[k]) for k in keys)) for v in values]
+    return points
+
+
+def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
+    lines = ["# Mini recipes tuned by coordinate descent (python -m scripts.tune)", "",
+             "Best validation loss (nats per byte). Noise: the standard deviation over seeds 1-3 at the recipe's "
+             "own point; a move must beat it. Runs: the noise and the search (seed 1); then seeds 2-4 at the "
+             "tuned point and the sensitivity runs.", "",
+             "| recipe | runs | noise | recipe's point, seeds 1-3 | tuned point | tuned, seeds 1-4 | 0.5x lr | 2x lr |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for t in tunings:
+        changed = ", ".join(f"{k}={t.centre[k]}" for k in t.keys if t.centre[k] != t.start[k]) or "unchanged"
+        final = f"{t.final.mean:.4f} ± {t.final.std:.4f} ({len(t.final.losses)})" if t.final and t.final.losses else "-"
+        start = f"{statistics.mean(t.start_losses):.4f}" if t.start_losses else "-"
+        lines.append(f"| {t.recipe} | {len(t.search_runs)}{' (capped)' if t.capped else ''} | {t.noise:.4f} | {start} | "
+                     f"{changed} | {final} | {t.sensitivity.get('0.5x', math.inf):.4f} | "
+                     f"{t.sensitivity.get('2x', math.inf):.4f} |")
+    for t in tunings:
+        lines += ["", f"## {t.recipe}", "", "start: " + ", ".join(f"{k}={v}" for k, v in t.start.items()),
+                  "tuned: " + ", ".join(f"{k}={v}" for k, v in t.centre.items()), ""]
+        if t.capped:
+            lines += [f"The search stopped at AdamW's {t.capped} runs.", ""]
+        lines += ["| round | key | values tried (seed 1) | centre after |", "| --- | --- | --- | --- |"]
+        for step in t.tried:
+            tried = ", ".join((f"**{v}: {loss:.4f}**" if v == step.centre else f"{v}: {loss:.4f}")
+                              for v, loss in sorted(step.losses.items(), key=lambda item: float(item[0])))
+            lines.append(f"| {step.round} | {step.key} | {tried} | {step.centre} |")
+    text_out = "\n".join(lines) + "\n"
+    with open(os.path.join(root, "tuning.md"), "w") as f:
+        f.write(text_out)
+    with open(os.path.join(root, "tuned.json"), "w") as f:
+        json.dump({t.recipe: t.centre for t in tunings if t.centre}, f, indent=1)
+    rows = []
+    for recipe in sorted({t.recipe for t in tunings}):
+        for folder, _, files in sorted(os.walk(os.path.join(root, recipe))):
+            if os.path.basename(folder).startswith("seed") and (run := sweep.finished_run(folder)):
+                rows.append([recipe, os.path.basename(os.path.dirname(folder)), os.path.basename(folder)[4:],
+                             f"{run.best_val_loss:.6f}"])
+    with open(os.path.join(root, "tuning.csv"), "w", newline="") as f:
+        csv.writer(f).writerows([["recipe", "values", "seed", "best_val_loss"], *rows])
+    return text_out
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
+    parser.add_argument("folder")
+    parser.add_argument("base", nargs="*", help=f"config files and --key=value overrides for every run "
+                                                f"(default: {BASE})")
+    parser.add_argument("--recipes", default="", help="comma-separated mini recipes (default: all); AdamW first")
+    parser.add_argument("--keys", default="", help="comma-separated keys to tune instead of each recipe's "
+                                                   "(learning_rate, weight_decay and its MiniRecipe.tune)")
+    parser.add_argument("--jobs", type=at_least(1), default=2, help="runs at a time, one CPU thread each")
+    parser.add_argument("--max-rounds", type=at_least(1), default=4)
+    parser.add_argument("--report-only", action="store_true", help="write tuning.md from the runs there")
+    args, overrides = parser.parse_known_args(argv)
+    signal.signal(signal.SIGTERM, sweep.raise_interrupted)
+    try:
+        with exit_on_input_error():
+            out = tune_recipes(args, (args.base or [BASE]) + overrides)
+    except KeyboardInterrupt as e:
+        print(f"\ninterrupted: rerun the same command to go on (finished runs are read, unfinished ones "
+              f"resumed).", file=sys.stderr)
+        raise SystemExit(128 + getattr(e, "signum", signal.SIGINT)) from None
+    print(out)
+    return out
+
+
+def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
+    from optim import mini_recipes
+
+    recipes = mini_recipes()
+    names = [n for n in args.recipes.split(",") if n] or list(recipes)
+    unknown = [n for n in names if n not in recipes]
+    if unknown:
+        raise InputError(f"--recipes: no mini recipe {unknown[0]!r}; the mini recipes are {', '.join(recipes)}")
+    names = [ANCHOR] + [n for n in names if n != ANCHOR]
+    for arg in base:
+        if arg.startswith("--"):
+            sweep.check_not_per_run(arg[2:].partition("=")[0], arg)
+    tunings = []
+    for name in names:
+        keys = [k for k in args.keys.split(",") if k] or ["learning_rate", "weight_decay", *recipes[name].tune]
+        missing = [k for k in keys if k != "learning_rate" and k not in LADDERS]
+        if missing:
+            raise InputError(f"--keys: scripts.tune has no ladder of values for {missing[0]!r}; it tunes "
+                             f"learning_rate, {', '.join(LADDERS)}")
+        recipe_args = recipes[name].args.split()
+        try:
+            start = start_values(base, recipe_args, keys)
+        except InputError as e:
+            raise InputError(f"recipe {name}: {e}") from None
+        sweep.check_points(args.folder, reachable_first(name, keys, start), SEARCH_SEED, base,
+                           {name: recipe_args}, f"recipe {name}")
+        tunings.append(RecipeTuning(name, keys, start))
+    os.makedirs(args.folder, exist_ok=True)
+    tuner = Tuner(args.folder, base, {t.recipe: recipes[t.recipe].args.split() for t in tunings}, args.jobs,
+                  args.report_only)
+    budget, done = None, []
+    for tuning in tunings:
+        done.append(tuner.tune(tuning, budget, args.max_rounds))
+        budget = budget if budget is not None else len(tuning.search_runs)
+        write_outputs(args.folder, done)
+    return write_outputs(args.folder, done)
+
+
+if __name__ == "__main__":
+    main()
