@@ -73,13 +73,23 @@ def text(value: float) -> str:
     return f"{value:.4g}"
 
 
-def neighbour(key: str, value: str, direction: int) -> str | None:
-    """The next value of key's ladder below (direction -1) or above (+1) value; None past its end."""
+def neighbour(key: str, value: str, direction: int, start: dict[str, str]) -> str | None:
+    """The next value of key's ladder below (direction -1) or above (+1) value; None past its end. The learning
+    rate's ladder is the recipe's own rate times powers of LR_STEP (computed from it, so no rounding drifts)."""
     if key == "learning_rate":
-        return text(float(value) * LR_STEP ** direction)
+        steps = round(math.log(float(value) / float(start[key]), LR_STEP)) + direction
+        return text(float(start[key]) * LR_STEP ** steps)
     ladder = sorted({float(v) for v in LADDERS[key]} | {float(value)})
     i = ladder.index(float(value)) + direction
     return text(ladder[i]) if 0 <= i < len(ladder) else None
+
+
+def ladder_ahead(key: str, value: str, direction: int, start: dict[str, str], count: int) -> list[str]:
+    """The next `count` values of key's ladder past value in direction (fewer at its end)."""
+    ahead = []
+    while len(ahead) < count and (value := neighbour(key, value, direction, start)) is not None:
+        ahead.append(value)
+    return ahead
 
 
 @dataclass
@@ -149,7 +159,7 @@ class Tuner:
         for round_ in range(1, max_rounds + 1):
             moved = False
             for key in tuning.keys:
-                below, above = neighbour(key, centre[key], -1), neighbour(key, centre[key], +1)
+                below, above = (neighbour(key, centre[key], d, tuning.start) for d in (-1, +1))
                 losses = try_values(key, [v for v in (below, above) if v is not None])
                 if losses is None:
                     break
@@ -160,8 +170,7 @@ class Tuner:
                 # (two cores), the second one wasted only where the first does not beat the centre
                 while candidate != centre[key] and best_loss - losses[candidate] > tuning.noise:
                     centre[key], best_loss, moved = candidate, losses[candidate], True
-                    ahead = [v for v in (neighbour(key, candidate, direction),) if v is not None]
-                    ahead += [v for v in (neighbour(key, ahead[0], direction) if ahead else None,) if v is not None]
+                    ahead = ladder_ahead(key, candidate, direction, tuning.start, 2)
                     step = try_values(key, [v for v in ahead if v not in losses]) if ahead else None
                     if step is None:
                         break
@@ -211,11 +220,12 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for t in tunings:
         changed = ", ".join(f"{k}={t.centre[k]}" for k in t.keys if t.centre[k] != t.start[k]) or "unchanged"
-        final = f"{t.final.mean:.4f} ± {t.final.std:.4f} ({len(t.final.losses)})" if t.final and t.final.losses else "-"
+        final = f"{t.final.mean:.4f} ± {t.final.std:.4f} ({len(t.final.losses)})" if t.final and t.final.losses \
+            else "-"
         start = f"{statistics.mean(t.start_losses):.4f}" if t.start_losses else "-"
-        lines.append(f"| {t.recipe} | {len(t.search_runs)}{' (capped)' if t.capped else ''} | {t.noise:.4f} | {start} | "
-                     f"{changed} | {final} | {t.sensitivity.get('0.5x', math.inf):.4f} | "
-                     f"{t.sensitivity.get('2x', math.inf):.4f} |")
+        runs = f"{len(t.search_runs)}{' (capped)' if t.capped else ''}"
+        lines.append(f"| {t.recipe} | {runs} | {t.noise:.4f} | {start} | {changed} | {final} | "
+                     f"{t.sensitivity.get('0.5x', math.inf):.4f} | {t.sensitivity.get('2x', math.inf):.4f} |")
     for t in tunings:
         lines += ["", f"## {t.recipe}", "", "start: " + ", ".join(f"{k}={v}" for k, v in t.start.items()),
                   "tuned: " + ", ".join(f"{k}={v}" for k, v in t.centre.items()), ""]

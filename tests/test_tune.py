@@ -1,0 +1,90 @@
+"""scripts/tune.py: the coordinate descent on a synthetic loss (a bowl whose minimum it must walk to, moves
+smaller than the seed noise refused, the search capped at AdamW's run count, seeds 2-4 and the sensitivity
+at the tuned point, tuning.md and tuned.json), and bad input refused by name before any run. The real
+training path under it is scripts.sweep's (tests/test_sweep.py); scripts/tune_mini.sh's DRY_RUN runs it."""
+
+import json
+import math
+import os
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, REPO
+from scripts import sweep, tune
+
+START = {"learning_rate": "0.002", "weight_decay": "0.1", "warmup_iters": "25", "beta2": "0.95"}
+KEYS = list(START)
+
+
+def bowl(values: dict[str, str]) -> float:
+    """A loss whose minimum is at 4x the start's learning rate (four steps of 2^(1/2) up) and a warmup of 6, flat
+    in the weight decay, and 0.004 lower at beta2 0.99: less than the noise below."""
+    lr_steps = math.log(float(values["learning_rate"]) / 0.008, math.sqrt(2))
+    warmup_steps = tune.WARMUPS.index(int(values["warmup_iters"])) - tune.WARMUPS.index(6)
+    return 2.0 + 0.05 * lr_steps ** 2 + 0.03 * abs(warmup_steps) - (0.004 if values["beta2"] == "0.99" else 0.0)
+
+
+class SyntheticTuner(tune.Tuner):
+    """A Tuner whose runs are the bowl plus a seed's offset (spread 0.01 over seeds 1-3); it records every
+    (point, seed) it was asked for."""
+
+    SEED_OFFSET = {1: 0.0, 2: 0.01, 3: -0.01, 4: 0.005}
+
+    def __init__(self):
+        super().__init__("unused", [], {}, jobs=2, report_only=False)
+        self.asked: list[tuple[sweep.Point, int]] = []
+
+    def scores(self, points, seeds):
+        self.asked += [(p, s) for p in points for s in seeds]
+        return {p: sweep.Score([bowl(dict(p.values)) + self.SEED_OFFSET[s] for s in seeds], 0) for p in points}
+
+
+def test_coordinate_descent_walks_to_the_minimum_and_ignores_moves_within_the_noise():
+    tuner = SyntheticTuner()
+    result = tuner.tune(tune.RecipeTuning("adamw", KEYS, dict(START)), budget=None, max_rounds=4)
+    assert result.noise == pytest.approx(0.01)
+    # the walk along the learning rate (0.002 -> 0.008, four steps) and the warmup (25 -> 6); beta2's 0.004 gain
+    # is within the noise, the weight decay is flat
+    assert result.centre == {"learning_rate": "0.008", "weight_decay": "0.1", "warmup_iters": "6", "beta2": "0.95"}
+    first = [t for t in result.tried if t.round == 1]
+    assert [t.key for t in first] == KEYS and result.tried[-1].round == 2  # round 2 moved nothing: the end
+    assert set(first[0].losses) == {"0.001414", "0.002", "0.002828", "0.004", "0.005657", "0.008", "0.01131",
+                                    "0.016"}
+    # seeds 2-4 at the tuned point, and seed 1 at 0.5x and 2x its learning rate
+    tuned = tuner.point(result, result.centre)
+    assert {(tuned, s) for s in (1, 2, 3, 4)} <= set(tuner.asked)
+    assert result.final.losses == pytest.approx([2.0, 2.01, 1.99, 2.005])
+    assert result.sensitivity == {"0.5x": pytest.approx(2.2), "2x": pytest.approx(2.2)}
+    # the search's runs: every run asked for but seeds 2-4 at the tuned point and the two sensitivity runs
+    sensitivity = {(tuner.point(result, result.centre | {"learning_rate": lr}), 1) for lr in ("0.004", "0.016")}
+    assert result.search_runs == set(tuner.asked) - {(tuned, s) for s in (2, 3, 4)} - sensitivity
+    assert len(result.search_runs) == 22
+
+
+def test_a_search_stops_at_adamws_run_count_and_says_so(tmp_path):
+    tuner = SyntheticTuner()
+    anchor = tuner.tune(tune.RecipeTuning("adamw", KEYS, dict(START)), budget=None, max_rounds=4)
+    other = tuner.tune(tune.RecipeTuning("lion", KEYS, dict(START)), budget=6, max_rounds=4)
+    assert other.capped == 6 and len(other.search_runs) <= 6
+    assert other.final.losses and other.sensitivity  # the capped search still reports its point
+    text = tune.write_outputs(str(tmp_path), [anchor, other])
+    assert "| lion | 6 (capped) |" in text or f"| lion | {len(other.search_runs)} (capped) |" in text
+    assert "The search stopped at AdamW's 6 runs." in text
+    assert json.loads((tmp_path / "tuned.json").read_text())["adamw"]["learning_rate"] == "0.008"
+    assert "**0.008: 2.0000**" in text
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--recipes", "muon", "--keys", "learning_rate,beta2"],
+     "recipe muon: config key 'beta2' is a setting of"),  # (AdamW, tuned first, reads beta2; Muon does not)
+    (["--recipes", "adamw", "--grad_clip=-1"], "config key 'grad_clip' must not be negative, got -1"),
+    (["--recipes", "adamw", "--keys", "learning_rate,dropout"], "no ladder of values for 'dropout'"),
+    (["--recipes", "sgd"], "no mini recipe 'sgd'"),
+])
+def test_bad_input_is_refused_by_name_before_any_run(arguments, message, tmp_path):
+    folder = tmp_path / "tune"
+    proc = subprocess.run([PYTHON, "-m", "scripts.tune", str(folder), "config/mini.py", *arguments], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not os.path.exists(folder)  # nothing run, nothing written
