@@ -54,7 +54,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from data.shards import atomic_write, file_sha256, fsync_directory
-from model import GPT, GPTConfig
+from model import ARCHITECTURE_NAMES, GPT, GPTConfig
 from optim.contract import GroupState, needs_second_gradient
 from errors import InputError, write_failure
 from runtime import broadcast_from_main, device_type, resolve_dtype
@@ -275,8 +275,13 @@ def load_latest(out_dir: str, log=print) -> tuple[str, dict]:
 def check_resumable(ckpt: dict, path: str, config: dict, model_args: dict, fingerprint: list,
                     state_keys: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
     """Refuse a resume that could not continue the run; returns the config changes (old, new)."""
-    if ckpt["model_args"] != model_args:
-        raise CheckpointError(f"the model in {path} ({ckpt['model_args']}) differs from the config's "
+    stored = stored_model_args(ckpt)
+    if stored["architecture"] != model_args["architecture"]:
+        raise CheckpointError(f"{path} holds a {ARCHITECTURE_NAMES[stored['architecture']]} model and the config "
+                              f"asks for a {ARCHITECTURE_NAMES[model_args['architecture']]} (model "
+                              f"'{config.get('model')}'): resume with the run's own model preset")
+    if stored != model_args:
+        raise CheckpointError(f"the model in {path} ({stored}) differs from the config's "
                               f"({model_args}); resume with the run's own model settings")
     if [list(x) for x in ckpt["data_fingerprint"]] != [list(x) for x in fingerprint]:
         raise CheckpointError(f"the training shards differ from those {path} was trained on; "
@@ -365,12 +370,17 @@ def restore_training_state(ckpt: dict, model: torch.nn.Module, optimizer: torch.
     return RunState(step=ckpt["step"], best_val_loss=ckpt["best_val_loss"])
 
 
+def stored_model_args(ckpt: dict) -> dict:
+    """The GPTConfig arguments a checkpoint was saved with; a field newer than the checkpoint takes its default
+    (a run from before the Llama presets is a GPT-2)."""
+    return {f.name: ckpt["model_args"].get(f.name, f.default) for f in fields(GPTConfig)}
+
+
 def model_from_checkpoint(ckpt: dict, device: str | torch.device = "cpu") -> GPT:
     """The model a loaded checkpoint holds, on device, in eval mode. Built on the meta device and
     given the checkpoint's tensors, so the host holds the weights once (memory-mapped) and nothing
     else of the checkpoint is read; from a sharded checkpoint, DCP reads the model's entries alone."""
-    model_args = ckpt["model_args"]
-    config = GPTConfig(**{f.name: model_args[f.name] for f in fields(GPTConfig)})
+    config = GPTConfig(**stored_model_args(ckpt))
     with torch.device("meta"):
         model = GPT(config)
     if "path" in ckpt:  # DCP reads into existing tensors: allocated on the CPU, never initialised

@@ -1,10 +1,17 @@
 """
-GPT-2 in one file, nanoGPT style.
+The model in one file, nanoGPT style: GPT-2, and the Llama-style GPT the 2025 optimizer benchmarks train.
 
-Token + learned position embeddings, pre-LayerNorm transformer blocks (causal
-self-attention through scaled_dot_product_attention, 4x GELU MLP), a final
-LayerNorm and an lm_head tied to the token embedding. The vocabulary is padded
-from GPT-2's 50257 to 50304 (a multiple of 64) for faster matrix products.
+GPT-2 (architecture "gpt2"): token + learned position embeddings, pre-LayerNorm transformer blocks (causal
+self-attention through scaled_dot_product_attention, 4x GELU MLP), a final LayerNorm and an lm_head tied to
+the token embedding. The vocabulary is padded from GPT-2's 50257 to 50304 (a multiple of 64) for faster
+matrix products.
+
+Llama (architecture "llama"), as epfml/llm-baselines builds it (Semenov et al. 2025's benchmark, its
+src/models/llama.py): no position embedding; rotary embeddings on queries and keys (theta 10000, the
+dimensions rotated in adjacent pairs (0, 1), (2, 3), ..., Meta's layout); RMSNorm (eps 1e-5, in fp32)
+before each sublayer and at the end; a SwiGLU MLP, c_proj(silu(w1 x) * w2 x), of hidden size 8/3 n_embd
+rounded up to a multiple of 256; no biases; the head tied to the embedding unless the preset unties it.
+The presets (PRESETS) pick the architecture; docs/models.md gives each one's source.
 """
 
 import math
@@ -25,17 +32,41 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True  # biases in Linear and LayerNorm layers, as GPT-2 has
     # The official MARS runs divide the attention logits of layer i (0-based)
-    # additionally by i + 1 (Hugging Face GPT-2's flag of the same name).
+    # additionally by i + 1 (Hugging Face GPT-2's flag of the same name). GPT-2 only.
     scale_attn_by_inverse_layer_idx: bool = False
+    # The architecture and what only a Llama reads (set by the presets, not by configs)
+    architecture: str = "gpt2"  # "gpt2" | "llama"
+    mlp_hidden: int = 0  # llama: the SwiGLU hidden size; 0: llm-baselines' rule (swiglu_hidden)
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5  # the norms' (GPT-2's LayerNorm, a Llama's RMSNorm)
+    tie_embeddings: bool = True  # the lm_head is the token embedding (GPT-2's always is)
+    init: str = "normal"  # "normal": N(0, 0.02), residual projections / sqrt(2 n_layer); "fan_in": levanter's
 
 
-# The paper's four model sizes: (n_layer, n_head, n_embd).
-PRESETS: dict[str, dict[str, int]] = {
+ARCHITECTURE_NAMES = {"gpt2": "GPT-2", "llama": "Llama"}
+ARCHITECTURES = tuple(ARCHITECTURE_NAMES)
+INITS = ("normal", "fan_in")
+
+# Each preset: the architecture and its shape. GPT-2: the MARS paper's four sizes. Llama: Semenov et al.'s
+# (epfml/llm-optimizer-benchmark scripts/{124m,210m,720m}) and Wen et al.'s (marin-community/marin
+# marin/optimizer_sweep/models.py, untied and with levanter's initialisation); docs/models.md cites each.
+PRESETS: dict[str, dict] = {
     "small": dict(n_layer=12, n_head=12, n_embd=768),  # 124M
     "medium": dict(n_layer=24, n_head=16, n_embd=1024),  # 350M
     "large": dict(n_layer=36, n_head=20, n_embd=1280),  # 774M
     "xl": dict(n_layer=48, n_head=25, n_embd=1600),  # 1558M
+    "llama-124m": dict(architecture="llama", n_layer=12, n_head=12, n_embd=768),  # 123.59M
+    "llama-210m": dict(architecture="llama", n_layer=24, n_head=12, n_embd=768),  # 208.54M
+    "llama-720m": dict(architecture="llama", n_layer=12, n_head=16, n_embd=2048),  # 719.64M
+    **{f"llama-{size}": dict(architecture="llama", n_layer=32, n_head=n_embd // 64, n_embd=n_embd,
+                             mlp_hidden=4 * n_embd, tie_embeddings=False, init="fan_in")
+       for size, n_embd in (("130m", 512), ("300m", 768), ("520m", 1024), ("1.2b", 1536))},
 }
+
+
+def swiglu_hidden(n_embd: int) -> int:
+    """llm-baselines' SwiGLU hidden size: 2/3 of 4 n_embd, rounded up to a multiple of 256 (768 -> 2048)."""
+    return 256 * math.ceil(int(2 * 4 * n_embd / 3) / 256)
 
 
 # Rows of LinearCrossEntropy's chunks: 4096 x 50304 logits are 0.4 GB in bf16, and products that size run as
@@ -86,12 +117,45 @@ class LinearCrossEntropy(torch.autograd.Function):
         return grad_x * scale.to(grad_x.dtype), (grad_w * scale).to(ctx.weight_dtype), None
 
 
+def rotary_tables(config: GPTConfig, length: int, device: torch.device) -> torch.Tensor:
+    """cos and sin of each position's angle for each pair of a head's dimensions: (2, length, head_dim / 2), fp32
+    (theta^(-2i/d) per pair i, as llm-baselines and Meta compute it). Made in each forward pass, on the input's
+    device: a few thousand numbers, and no buffer for a meta-device or sharded model to lose."""
+    head_dim = config.n_embd // config.n_head
+    inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
+    angles = torch.outer(torch.arange(length, device=device).float(), inv_freq)
+    return torch.stack((angles.cos(), angles.sin()))
+
+
+def apply_rotary(x: torch.Tensor, rotary: torch.Tensor) -> torch.Tensor:
+    """x (B, T, nh, hs) with each adjacent pair of dimensions (0, 1), (2, 3), ... rotated by its position's
+    angle, computed in fp32 (or x's wider dtype) and returned in x's dtype."""
+    cos, sin = rotary[0, :, None, :], rotary[1, :, None, :]  # (T, 1, hs / 2)
+    pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2).type_as(x)
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, the normalisation in fp32 or x's wider dtype (llm-baselines', Hugging Face Llama's)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        return (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
         assert config.n_embd % config.n_head == 0
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        bias = config.bias and config.architecture == "gpt2"
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.n_head = config.n_head
         self.n_embd = config.n_embd
@@ -101,12 +165,13 @@ class CausalSelfAttention(nn.Module):
         if config.scale_attn_by_inverse_layer_idx:
             self.scale /= layer_idx + 1
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: torch.Tensor | None = None) -> torch.Tensor:
+        """rotary: rotary_tables' cos and sin (a Llama's), else None."""
         B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head) for t in self.c_attn(x).split(self.n_embd, dim=2))
+        if rotary is not None:
+            q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs)
         # Flash / memory-efficient kernels on GPU; the causal mask is implicit.
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True, scale=self.scale
@@ -127,16 +192,38 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
+class SwiGLU(nn.Module):
+    """A Llama's MLP: c_proj(silu(w1 x) * w2 x), llm-baselines' names (w1 the gate, w2 the up projection)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        hidden = config.mlp_hidden or swiglu_hidden(config.n_embd)
+        self.w1 = nn.Linear(config.n_embd, hidden, bias=False)
+        self.w2 = nn.Linear(config.n_embd, hidden, bias=False)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(F.silu(self.w1(x)) * self.w2(x)))
+
+
+def norm(config: GPTConfig) -> nn.Module:
+    """The architecture's normalisation: GPT-2's LayerNorm, a Llama's RMSNorm."""
+    if config.architecture == "llama":
+        return RMSNorm(config.n_embd, config.norm_eps)
+    return nn.LayerNorm(config.n_embd, eps=config.norm_eps, bias=config.bias)
+
+
 class Block(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = norm(config)
         self.attn = CausalSelfAttention(config, layer_idx)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
+        self.ln_2 = norm(config)
+        self.mlp = SwiGLU(config) if config.architecture == "llama" else MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, rotary: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rotary)
         x = x + self.mlp(self.ln_2(x))
         return x
 
@@ -147,43 +234,54 @@ class GPT(nn.Module):
         the same function (another rounding of the head's gradient, its chunks summed in fp32), no logits
         returned. How the loss is computed, not what the model is: not part of the config or checkpoints."""
         super().__init__()
+        if config.architecture not in ARCHITECTURES or config.init not in INITS:
+            raise ValueError(f"architecture {config.architecture!r}, init {config.init!r}: choose from "
+                             f"{ARCHITECTURES} and {INITS}")
         self.config = config
         self.fused_cross_entropy = fused_cross_entropy
-        self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(config.vocab_size, config.n_embd),
-                wpe=nn.Embedding(config.block_size, config.n_embd),
-                drop=nn.Dropout(config.dropout),
-                h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
-                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
-            )
-        )
+        llama = config.architecture == "llama"
+        layers = dict(wte=nn.Embedding(config.vocab_size, config.n_embd))
+        if not llama:  # a Llama's positions are its rotary embeddings
+            layers["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+        blocks = nn.ModuleList([Block(config, i) for i in range(config.n_layer)])
+        self.transformer = nn.ModuleDict(layers | dict(drop=nn.Dropout(config.dropout), h=blocks, ln_f=norm(config)))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.tie_weights()
-
-        # GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer).
         self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        if config.init == "normal":  # GPT-2's and llm-baselines': residual projections / sqrt(2 n_layer)
+            for name, p in self.named_parameters():
+                if name.endswith("c_proj.weight"):
+                    torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
     def tie_weights(self) -> None:
-        """The token embedding and the lm_head share one matrix (GPT-2's weight tying)."""
-        self.transformer.wte.weight = self.lm_head.weight
+        """The token embedding and the lm_head share one matrix (GPT-2's weight tying), unless the preset unties
+        them."""
+        if self.config.tie_embeddings:
+            self.transformer.wte.weight = self.lm_head.weight
 
     def _init_weights(self, module: nn.Module) -> None:
+        """normal: N(0, 0.02) for every matrix and embedding (GPT-2, llm-baselines). fan_in (levanter's, Wen et
+        al.'s runs): each Linear truncated N(0, 1/fan_in) at 3 standard deviations, the embedding at 1/n_embd."""
         if isinstance(module, nn.Linear):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if self.config.init == "fan_in":
+                std = module.in_features ** -0.5
+                torch.nn.init.trunc_normal_(module.weight, std=std, a=-3 * std, b=3 * std)
+            else:
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
                 torch.nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, nn.Embedding):  # (tied: the lm_head, initialised after it, draws its value)
+            if self.config.init == "fan_in":
+                std = 1 / self.config.n_embd
+                torch.nn.init.trunc_normal_(module.weight, std=std, a=-3 * std, b=3 * std)
+            else:
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding: bool = False) -> int:
-        """Parameter count (the tied lm_head counted once). With non_embedding,
-        the position embedding is left out too, as GPT-2's paper counts."""
+        """Parameter count (a tied lm_head counted once), as GPT-2's paper and llm-baselines count. With
+        non_embedding, the position embedding is left out too (GPT-2's)."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
+        if non_embedding and "wpe" in self.transformer:
             n -= self.transformer.wpe.weight.numel()
         return n
 
@@ -197,10 +295,14 @@ class GPT(nn.Module):
         b, t = idx.size()
         if t > self.config.block_size:
             raise ValueError(f"sequence of length {t} is longer than block_size {self.config.block_size}")
-        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        x, rotary = self.transformer.wte(idx), None
+        if self.config.architecture == "llama":
+            rotary = rotary_tables(self.config, t, idx.device)
+        else:
+            x = x + self.transformer.wpe(torch.arange(0, t, dtype=torch.long, device=idx.device))
+        x = self.transformer.drop(x)
         for block in self.transformer.h:
-            x = block(x)
+            x = block(x, rotary)
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.lm_head(x if all_logits else x[:, [-1], :]), None
@@ -211,9 +313,15 @@ class GPT(nn.Module):
         return logits, loss
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token (forward + backward), PaLM appendix B."""
+        """Training FLOPs per token (forward + backward), PaLM appendix B: 6 per parameter the token meets in a
+        matrix product (the blocks' matrices, SwiGLU's three included, and the head; an untied token embedding
+        is a lookup, no FLOPs) and 12 L C T for attention. Element-wise work (norms, RoPE, activations) is not
+        counted, as PaLM counts."""
         cfg = self.config
-        return 6 * self.num_params(non_embedding=True) + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+        params = self.num_params(non_embedding=True)
+        if not cfg.tie_embeddings:
+            params -= self.transformer.wte.weight.numel()
+        return 6 * params + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
     def estimate_mfu(self, tokens_per_second: float, peak_flops: float, passes_per_step: int = 1) -> float:
         """Model FLOPs utilisation: achieved training FLOP/s over the device's

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from data.tokenizer import TOKENIZERS
 from model import PRESETS, GPTConfig
+
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd")  # a config's values override the preset's; 0 keeps the preset's
 from errors import InputError
 
 
@@ -43,8 +45,9 @@ class TrainConfig:
     data_dir: str = ""
     tokenizer: str = "gpt2"  # the shards' tokenizer (data/tokenizer.py): gpt2 | bytes; for samples and HellaSwag
 
-    # ---- model: the fields of model.GPTConfig (defaults from there); `model` names one of
-    # model.PRESETS, and n_layer/n_head/n_embd override it
+    # ---- model: the fields of model.GPTConfig (defaults from there); `model` names one of model.PRESETS (its
+    # architecture, GPT-2 or Llama, and its shape), and n_layer/n_head/n_embd override it. bias and
+    # scale_attn_by_inverse_layer_idx are GPT-2's: a Llama preset has neither, whatever they say
     model: str = "small"
     n_layer: int = 0  # 0: from the preset
     n_head: int = 0
@@ -141,10 +144,13 @@ class TrainConfig:
         _check_values(self)
 
     def model_args(self) -> dict[str, typing.Any]:
-        """GPTConfig arguments: the preset, then any explicit n_layer/n_head/n_embd."""
-        args = {f.name: getattr(self, f.name) for f in dataclasses.fields(GPTConfig)}
-        for key, value in PRESETS[self.model].items():
-            args[key] = args[key] or value  # 0: from the preset
+        """GPTConfig arguments: GPTConfig's defaults, the preset's (its architecture and shape), the config's own
+        model keys, and any explicit n_layer/n_head/n_embd (0: the preset's)."""
+        args = {f.name: f.default for f in dataclasses.fields(GPTConfig)} | PRESETS[self.model]
+        args |= {key: getattr(self, key) for key in args if hasattr(self, key) and key not in SHAPE_KEYS}
+        args |= {key: getattr(self, key) for key in SHAPE_KEYS if getattr(self, key)}
+        if args["architecture"] == "llama":  # GPT-2's settings: a Llama has no biases and its attention's usual scale
+            args |= dict(bias=False, scale_attn_by_inverse_layer_idx=False)
         return args
 
     def data_path(self) -> str:
@@ -236,6 +242,12 @@ def _check_values(cfg: TrainConfig) -> None:
         raise ConfigError(f"n_embd={model['n_embd']} is not divisible by n_head={model['n_head']} (model "
                           f"'{cfg.model}' plus overrides): choose n_head dividing n_embd, e.g. "
                           f"{max(h for h in range(1, model['n_head'] + 1) if model['n_embd'] % h == 0)}")
+    if model["architecture"] == "llama":
+        if (model["n_embd"] // model["n_head"]) % 2:
+            raise ConfigError(f"model '{cfg.model}' has a head size of n_embd / n_head = {model['n_embd']} / "
+                              f"{model['n_head']} = {model['n_embd'] // model['n_head']}, which is odd: rotary "
+                              "embeddings rotate a head's dimensions in pairs; choose an even head size")
+
     if cfg.hellaswag_interval and cfg.tokenizer != "gpt2":
         raise ConfigError(f"hellaswag_interval needs GPT-2 tokens; this run's tokenizer is {cfg.tokenizer!r}")
     if cfg.min_lr > cfg.learning_rate:

@@ -1,5 +1,6 @@
 """
-Export a checkpoint as a Hugging Face GPT2LMHeadModel folder:
+Export a checkpoint as a Hugging Face folder: a GPT2LMHeadModel for a GPT-2 preset, a LlamaForCausalLM for a
+Llama preset:
 
     python -m eval.export_hf --checkpoint out/run/ckpt.pt --out hf/
 
@@ -8,7 +9,14 @@ merges.txt, tokenizer.json, ...) rebuilt from tiktoken's ranks, so that
 transformers.AutoModelForCausalLM / AutoTokenizer and `lm_eval --model hf
 --model_args pretrained=hf/` load it.
 
-How our model maps onto GPT-2:
+How a Llama maps onto LlamaForCausalLM: c_attn's three parts are q_proj, k_proj and v_proj, c_proj is
+o_proj, the SwiGLU's w1, w2 and c_proj are gate_proj, up_proj and down_proj, ln_1, ln_2 and ln_f are
+input_layernorm, post_attention_layernorm and norm. Our rotary embeddings rotate adjacent pairs of a head's
+dimensions (Meta's layout); Hugging Face's rotate the first half against the second, so each head's rows of
+q_proj and k_proj are reordered (even dimensions first, then odd), as transformers' own conversion of Meta's
+weights does: the same attention scores, exactly. The head is tied or not as the preset is.
+
+How a GPT-2 maps onto GPT-2:
 - Same parameter names; GPT-2's attention and MLP projections are Conv1D, which
   store the weight as (in, out), so those Linear weights are transposed.
 - lm_head is tied to wte in both; the file stores wte only (tie_word_embeddings).
@@ -37,15 +45,18 @@ from safetensors.torch import save_file
 from data.tokenizer import EOT_TOKEN, get_encoding
 from checkpoint import load_model
 from eval.scoring import model_encoding
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, swiglu_hidden
 from errors import InputError, exit_on_input_error
 
 # Linear weights that GPT-2 keeps in Conv1D layout (in_features, out_features).
 CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-# The GPTConfig fields GPT2Config below expresses; a new field must be mapped (or refused) here.
+# The GPTConfig fields the exports below express; a new field must be mapped (or refused) here. (init shapes
+# training, not the function; dropout is off in evaluation.)
 EXPRESSIBLE_FIELDS = {
     "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "scale_attn_by_inverse_layer_idx",
+    "architecture", "mlp_hidden", "rope_theta", "norm_eps", "tie_embeddings", "init",
 }
+HF_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
 EOT_STRING = "<|endoftext|>"
 # What an export writes: an --out folder holding anything else is not overwritten.
 EXPORT_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json",
@@ -53,11 +64,13 @@ EXPORT_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", 
 
 
 def check_expressible(config: GPTConfig) -> None:
-    """Refuse configurations a GPT2LMHeadModel would compute differently."""
+    """Refuse configurations the Hugging Face model would compute differently."""
     unknown = {f.name for f in fields(GPTConfig)} - EXPRESSIBLE_FIELDS
     if unknown:
-        raise ValueError(f"GPTConfig fields {sorted(unknown)} have no GPT-2 equivalent in export_hf; "
+        raise ValueError(f"GPTConfig fields {sorted(unknown)} have no Hugging Face equivalent in export_hf; "
                          "map them in hf_config or refuse them explicitly")
+    if config.architecture == "gpt2" and (not config.tie_embeddings or config.mlp_hidden):
+        raise ValueError("a GPT2LMHeadModel has a tied head and a 4 n_embd MLP; this GPT-2 has not")
 
 
 def check_tokenizer(tokenizer: str, vocab_size: int, checkpoint: str) -> None:
@@ -74,8 +87,33 @@ def check_tokenizer(tokenizer: str, vocab_size: int, checkpoint: str) -> None:
 
 
 def hf_config(config: GPTConfig) -> dict:
-    """config.json for GPT2LMHeadModel with the same architecture."""
+    """config.json for the Hugging Face model with the same architecture."""
     check_expressible(config)
+    if config.architecture == "llama":
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "vocab_size": config.vocab_size,
+            "hidden_size": config.n_embd,
+            "intermediate_size": config.mlp_hidden or swiglu_hidden(config.n_embd),
+            "num_hidden_layers": config.n_layer,
+            "num_attention_heads": config.n_head,
+            "num_key_value_heads": config.n_head,
+            "head_dim": config.n_embd // config.n_head,
+            "hidden_act": "silu",
+            "max_position_embeddings": config.block_size,
+            "rms_norm_eps": config.norm_eps,
+            "rope_theta": config.rope_theta,
+            "rope_scaling": None,
+            "attention_bias": False,
+            "mlp_bias": False,
+            "attention_dropout": 0.0,
+            "initializer_range": 0.02,
+            "tie_word_embeddings": config.tie_embeddings,
+            "bos_token_id": EOT_TOKEN,
+            "eos_token_id": EOT_TOKEN,
+            "torch_dtype": "float32",
+        }
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -87,7 +125,7 @@ def hf_config(config: GPTConfig) -> dict:
         "n_head": config.n_head,
         "n_inner": 4 * config.n_embd,
         "activation_function": "gelu_new",  # tanh-approximated GELU, as model.MLP
-        "layer_norm_epsilon": 1e-5,  # nn.LayerNorm's default
+        "layer_norm_epsilon": config.norm_eps,
         "resid_pdrop": config.dropout,
         "embd_pdrop": config.dropout,
         "attn_pdrop": config.dropout,
@@ -102,8 +140,42 @@ def hf_config(config: GPTConfig) -> dict:
     }
 
 
+def halves_layout(weight: torch.Tensor, n_head: int) -> torch.Tensor:
+    """q_proj or k_proj rows reordered within each head from adjacent rotary pairs (0, 1), (2, 3), ... to
+    Hugging Face's halves (0, 2, 4, ..., then 1, 3, 5, ...)."""
+    rows, columns = weight.shape
+    return weight.view(n_head, rows // n_head // 2, 2, columns).transpose(1, 2).reshape(rows, columns)
+
+
+def llama_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """LlamaForCausalLM's tensors (float32, contiguous) from ours."""
+    config = model.config
+    ours = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
+    state = {"model.embed_tokens.weight": ours["transformer.wte.weight"],
+             "model.norm.weight": ours["transformer.ln_f.weight"]}
+    if not config.tie_embeddings:
+        state["lm_head.weight"] = ours["lm_head.weight"]
+    for i in range(config.n_layer):
+        block, hf = f"transformer.h.{i}.", f"model.layers.{i}."
+        q, k, v = ours[block + "attn.c_attn.weight"].split(config.n_embd)
+        state |= {
+            hf + "self_attn.q_proj.weight": halves_layout(q, config.n_head),
+            hf + "self_attn.k_proj.weight": halves_layout(k, config.n_head),
+            hf + "self_attn.v_proj.weight": v,
+            hf + "self_attn.o_proj.weight": ours[block + "attn.c_proj.weight"],
+            hf + "mlp.gate_proj.weight": ours[block + "mlp.w1.weight"],
+            hf + "mlp.up_proj.weight": ours[block + "mlp.w2.weight"],
+            hf + "mlp.down_proj.weight": ours[block + "mlp.c_proj.weight"],
+            hf + "input_layernorm.weight": ours[block + "ln_1.weight"],
+            hf + "post_attention_layernorm.weight": ours[block + "ln_2.weight"],
+        }
+    return {name: tensor.contiguous() for name, tensor in state.items()}
+
+
 def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
-    """GPT2LMHeadModel's tensors (float32, contiguous) from ours."""
+    """The Hugging Face model's tensors (float32, contiguous) from ours."""
+    if model.config.architecture == "llama":
+        return llama_state_dict(model)
     state = {}
     for name, tensor in model.state_dict().items():
         if name == "lm_head.weight":
@@ -194,7 +266,7 @@ def check_out_dir(out_dir: str) -> None:
     if not foreign and os.path.exists(config):
         try:
             with open(config) as f:
-                if json.load(f).get("architectures") != ["GPT2LMHeadModel"]:
+                if json.load(f).get("architectures") not in [[name] for name in HF_ARCHITECTURES.values()]:
                     foreign = ["config.json"]
         except (ValueError, AttributeError):  # not JSON, or not an object
             foreign = ["config.json"]
@@ -203,8 +275,8 @@ def check_out_dir(out_dir: str) -> None:
                          "give a new or empty folder so that nothing in it is overwritten")
 
 
-def export(checkpoint: str, out_dir: str) -> None:
-    """Write the Hugging Face folder for checkpoint into out_dir."""
+def export(checkpoint: str, out_dir: str) -> str:
+    """Write the Hugging Face folder for checkpoint into out_dir; the Hugging Face architecture written."""
     check_out_dir(out_dir)
     model, tokenizer = load_model(checkpoint, "cpu")
     check_tokenizer(tokenizer, model.config.vocab_size, checkpoint)  # before anything is written
@@ -217,16 +289,17 @@ def export(checkpoint: str, out_dir: str) -> None:
         write_tokenizer(out_dir, model.config.block_size)
     except OSError as e:
         raise InputError(f"cannot write the export to {out_dir} ({e.strerror or e}); give a writable --out") from e
+    return config["architectures"][0]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Export a checkpoint as a Hugging Face GPT-2 folder.")
+    parser = argparse.ArgumentParser(description="Export a checkpoint as a Hugging Face GPT-2 or Llama folder.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
     with exit_on_input_error():
-        export(args.checkpoint, args.out)
-    print(f"wrote GPT2LMHeadModel folder {args.out}")
+        architecture = export(args.checkpoint, args.out)
+    print(f"wrote {architecture} folder {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """
 Which parameters take which update rule, as data: one routing table per optimizer.
 
-A GPT's parameters are of four kinds: attention and mlp (the blocks' 2-D weights), embeddings (the
-token and position tables; the lm_head is tied to the token table, one parameter) and 1d (biases and
-LayerNorm weights). An optimizer's routing gives each kind a Route: the update rule it takes, whether
+A GPT's parameters are of four kinds: attention and mlp (the blocks' 2-D weights: a Llama's three SwiGLU
+matrices are mlp), embeddings (the token and position tables and the lm_head, tied to the token table or,
+in an untied Llama, its own matrix: every reference sends the head where it sends the embedding) and 1d
+(biases, LayerNorm and RMSNorm weights). An optimizer's routing gives each kind a Route: the update rule it takes, whether
 it takes the group's weight decay, and which setting is its peak learning rate (the loop's
 learning_rate, or e.g. lr_1d for the AdamW that Muon and MARS run on the 1-D parameters). Every
 builder makes its param groups from its routing with routed_params() (weight_decay_groups() for the
@@ -35,6 +36,8 @@ def routing(matrices: Route, embeddings: Route, vectors: Route) -> dict[str, Rou
 def parameter_kinds(model: nn.Module) -> dict[str, list[nn.Parameter]]:
     """The model's trainable parameters by kind, each in the model's order (empty kinds left out)."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    if isinstance(getattr(model, "lm_head", None), nn.Linear):  # (the model's own head, tied or not)
+        embeddings.add(id(model.lm_head.weight))
     kinds: dict[str, list[nn.Parameter]] = {kind: [] for kind in KINDS}
     for name, p in model.named_parameters():  # (a tied parameter is named once)
         if p.requires_grad:

@@ -362,19 +362,31 @@ def test_generate_until_on_bytes_runs_to_its_limit_and_stops_at_eot():
 # ----------------------------------------------------------------- Hugging Face export
 
 
-@pytest.mark.parametrize("overrides", [dict(scale_attn_by_inverse_layer_idx=True), dict(bias=False)])
-def test_export_loads_in_transformers_with_equal_logits(overrides, tmp_path):
-    from transformers import AutoTokenizer, GPT2LMHeadModel
+@pytest.mark.parametrize("overrides", [
+    dict(scale_attn_by_inverse_layer_idx=True), dict(bias=False),
+    dict(architecture="llama", bias=False),  # llm-baselines' Llama: tied head
+    dict(architecture="llama", bias=False, tie_embeddings=False, init="fan_in", mlp_hidden=128),  # Wen et al.'s
+], ids=["gpt2-inverse-layer-scaling", "gpt2-no-bias", "llama-tied", "llama-untied"])
+def test_export_loads_in_transformers_with_equal_logits(overrides, tmp_path, capsys):
+    """The exported folder (GPT2LMHeadModel, or LlamaForCausalLM with q_proj and k_proj in Hugging Face's rotary
+    layout) computes our logits in float32."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = tiny_gpt(seed=1, n_layer=3, **overrides)
-    with torch.no_grad():  # non-zero biases and LayerNorm parameters, so their layout is tested
+    with torch.no_grad():  # non-zero biases and norm weights, so their layout is tested
         for name, p in model.named_parameters():
             if name.endswith("bias") or ".ln_" in name:
                 p.add_(0.1 * torch.randn_like(p))
     checkpoint = save_checkpoint(model, str(tmp_path / "ckpt.pt"))
     export_hf.main(["--checkpoint", checkpoint, "--out", str(tmp_path / "hf")])
-    hf_model = GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf")).eval()
-    assert hf_model.config.scale_attn_by_inverse_layer_idx == model.config.scale_attn_by_inverse_layer_idx
+    expected = export_hf.HF_ARCHITECTURES[model.config.architecture]
+    assert f"wrote {expected} folder" in capsys.readouterr().out
+    hf_model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
+    assert type(hf_model).__name__ == expected
+    if model.config.architecture == "gpt2":
+        assert hf_model.config.scale_attn_by_inverse_layer_idx == model.config.scale_attn_by_inverse_layer_idx
+    else:
+        assert hf_model.config.tie_word_embeddings == model.config.tie_embeddings
 
     tokens = torch.randint(0, 50257, (2, model.config.block_size), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
