@@ -187,7 +187,7 @@ CHOICES = {  # the allowed values of the loop's keys that name a choice
     "init_from": ("scratch", "resume", "auto"),
     "tokenizer": TOKENIZERS,
     "model": tuple(PRESETS),
-    "lr_schedule": ("cosine", "constant", "wsd"),
+    "lr_schedule": ("cosine", "constant", "wsd", "onecycle"),
     "min_lr_groups": ("scaled", "absolute"),
     "dtype": ("auto", "bfloat16", "float16", "float32"),
     "data_parallel": ("ddp", "fsdp"),

@@ -3,6 +3,7 @@ Token shards for OpenWebText, FineWeb-Edu and local text files, and their verifi
 
     python -m data.prepare openwebtext
     python -m data.prepare fineweb-edu                           # sample-100BT; --subset sample-10BT, ...
+    python -m data.prepare fineweb                               # FineWeb sample-100BT (the Llama benchmark's)
     python -m data.prepare text --files 'corpus/*.jsonl'         # .txt, .json(l)[.gz], .parquet
     python -m data.prepare verify data/fineweb-edu100B
 
@@ -74,6 +75,9 @@ MANIFEST = "manifest.json"
 # FineWeb-Edu subsets and their folders in data/ (the official MARS runs read fineweb-edu100B)
 FINEWEB_FOLDERS = {"sample-10BT": "fineweb-edu10B", "sample-100BT": "fineweb-edu100B",
                    "sample-350BT": "fineweb-edu350B", "default": "fineweb-edu"}
+# FineWeb's (Semenov et al.'s benchmark reads sample-100BT, 0.0001 of it held out: llm-optimizer-benchmark
+# src/data/fineweb.py)
+FINEWEB_PLAIN_FOLDERS = {"sample-10BT": "fineweb10B", "sample-100BT": "fineweb100B", "sample-350BT": "fineweb350B"}
 
 
 class PrepareError(Exception):
@@ -567,6 +571,11 @@ def main(argv: list[str] | None = None) -> int:
     fineweb.add_argument("--subset", default="sample-100BT", choices=list(FINEWEB_FOLDERS),
                          help="the hub config; sample-100BT is the official MARS runs' (data/fineweb-edu100B/)")
     fineweb.add_argument("--files", nargs="+", default=[], help=hub_files)
+    plain = commands.add_parser("fineweb", parents=[common], help="HuggingFaceFW/fineweb")
+    plain.add_argument("--subset", default="sample-100BT", choices=list(FINEWEB_PLAIN_FOLDERS),
+                       help="the hub config; sample-100BT is Semenov et al.'s benchmark's (data/fineweb100B/)")
+    plain.add_argument("--files", nargs="+", default=[], help=hub_files)
+    plain.add_argument("--val-fraction", type=float, default=0.0001)
     text = commands.add_parser("text", parents=[common], help="local .txt / .jsonl / .parquet files")
     text.add_argument("--files", nargs="+", required=True, help="files or quoted globs")
     text.add_argument("--name", default="text", help="dataset name: data/<name>/<name>_train_000001.bin")
@@ -593,6 +602,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "fineweb-edu":
             source = Source(FINEWEB_FOLDERS[args.subset] + suffix, "HuggingFaceFW/fineweb-edu", args.subset, files,
                             args.text_column, LeadingDocuments(tokens=args.shard_size), args.tokenizer)
+        elif args.command == "fineweb":
+            source = Source(FINEWEB_PLAIN_FOLDERS[args.subset] + suffix, "HuggingFaceFW/fineweb", args.subset, files,
+                            args.text_column, HeldOutFraction(args.val_fraction, seed=2357), args.tokenizer)
         else:
             source = Source(args.name + suffix, None, None, files, args.text_column,
                             HeldOutFraction(args.val_fraction, seed=2357), args.tokenizer)

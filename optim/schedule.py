@@ -7,7 +7,11 @@ code (nanoGPT now warms up with (step + 1) / (warmup_iters + 1)); then
   constant: base_lr;
   wsd:      base_lr, then linearly to floor over the last wsd_decay_frac of the run (with
             min_lr = 0 and wsd_decay_frac = 0.02, the paper-era official train_muon.py:
-            constant, then to 0 over the last 2000 of 100k steps).
+            constant, then to 0 over the last 2000 of 100k steps);
+  onecycle: torch's OneCycleLR with cosine annealing, as llm-baselines' 'cos' scheduler runs it (Semenov et
+            al.'s benchmark): the warmup too is a cosine, from the floor up to base_lr, and the decay a
+            cosine back down to the floor; their div_factor 100 and final_div_factor 1 are min_lr =
+            learning_rate / 100.
 A group's floor is min_lr for the main group and, for the others, base_lr * min_lr /
 learning_rate (min_lr_groups = "scaled") or min_lr itself ("absolute").
 """
@@ -23,8 +27,17 @@ if TYPE_CHECKING:
     from config import TrainConfig
 
 
+def cosine_between(start: float, end: float, progress: float) -> float:
+    """From start (progress 0) to end (progress 1) along half a cosine."""
+    return end + 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0))) * (start - end)
+
+
 def scheduled_lr(step: int, base_lr: float, floor: float, cfg: TrainConfig, total_iters: int) -> float:
     """The lr at `step` of a group that starts from base_lr and ends at floor."""
+    if cfg.lr_schedule == "onecycle":  # (OneCycleLR's phases: up over warmup_iters - 1 steps, then down)
+        if step < cfg.warmup_iters:
+            return cosine_between(floor, base_lr, step / max(cfg.warmup_iters - 1, 1))
+        return cosine_between(base_lr, floor, (step - cfg.warmup_iters + 1) / max(total_iters - cfg.warmup_iters, 1))
     if step < cfg.warmup_iters:
         return base_lr * step / cfg.warmup_iters
     if cfg.lr_schedule == "constant":
@@ -37,8 +50,7 @@ def scheduled_lr(step: int, base_lr: float, floor: float, cfg: TrainConfig, tota
     decay_iters = cfg.lr_decay_iters or total_iters  # cosine
     if step >= decay_iters:
         return floor
-    progress = (step - cfg.warmup_iters) / max(decay_iters - cfg.warmup_iters, 1)
-    return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (base_lr - floor)
+    return cosine_between(base_lr, floor, (step - cfg.warmup_iters) / max(decay_iters - cfg.warmup_iters, 1))
 
 
 def set_learning_rates(optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig, total_iters: int) -> float:

@@ -6,6 +6,7 @@
 # JOBS runs at a time on one thread each: about 40 minutes on 2 free cores. Runs in
 # out/mini_paper/<recipe>/base/seed<N>/; report.py's table (mean ± std, Welch's t-test) and plots in
 # out/mini_paper/report/. Rerunning resumes what is not done.
+# MODEL=llama: the same on the Llama block (config/mini_llama.py), in out/mini_paper_llama/.
 # DRY_RUN=1: 2 tiny steps of each.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
@@ -17,6 +18,11 @@ if [[ "${DRY_RUN:-0}" == 1 ]]; then
 else
     [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
 fi
-python3 -m scripts.sweep "$(out_root)/mini_paper" config/mini.py --recipes mini --seeds "${SEEDS:-1,2,3}" \
-    --jobs "${JOBS:-2}" "${extra[@]}"
-python3 -m scripts.report "$(out_root)/mini_paper" --out "$(out_root)/mini_paper/report"
+case "${MODEL:-gpt2}" in
+    gpt2) base=(config/mini.py) folder="$(out_root)/mini_paper" ;;
+    llama) base=(config/mini.py config/mini_llama.py) folder="$(out_root)/mini_paper_llama" ;;
+    *) echo "error: MODEL must be gpt2 or llama, got '$MODEL'" >&2; exit 2 ;;
+esac
+python3 -m scripts.sweep "$folder" "${base[@]}" --recipes mini --seeds "${SEEDS:-1,2,3}" --jobs "${JOBS:-2}" \
+    "${extra[@]}"
+python3 -m scripts.report "$folder" --out "$folder/report"

@@ -1,0 +1,18 @@
+# Muon on Semenov et al.'s 124M Llama: their tuned scripts/124m/muon.sh (Keller Jordan's Muon: lr 1e-2 on
+# the blocks' matrices, scaled by max(1, rows/cols)^0.5, momentum 0.95 with Nesterov, no weight decay there;
+# the embedding, the tied head and the 1-D parameters on AdamW at lr 1e-3, betas 0.8/0.999, wd 0.1). Their
+# D-Muon (decoupled weight decay, AdamW-matched update size) is our Moonlight: docs/optimizers.md.
+include = ["llama_124m.py"]
+out_dir = "out/llama_124m_muon"
+wandb_run_name = "llama-124m-muon"
+optimizer = "muon"
+learning_rate = 1e-2
+min_lr = 1e-4
+weight_decay = 0.0
+muon_momentum = 0.95
+muon_nesterov = True
+muon_embeddings_on_adamw = True
+lr_1d = 1e-3
+beta1_1d = 0.8
+beta2_1d = 0.999
+weight_decay_1d = 0.1
