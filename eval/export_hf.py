@@ -79,7 +79,7 @@ def check_tokenizer(tokenizer: str, vocab_size: int, checkpoint: str) -> None:
     if tokenizer != "gpt2":
         raise InputError(
             f"{checkpoint} was trained with the '{tokenizer}' tokenizer, but the Hugging Face export writes "
-            "GPT-2's tokenizer (a GPT2LMHeadModel folder with GPT-2's BPE files), which would turn text into "
+            "GPT-2's tokenizer (a Hugging Face folder with GPT-2's BPE files), which would turn text into "
             f"ids this {vocab_size}-token model was never trained on: it cannot be exported faithfully. "
             "Evaluate it with python -m eval.hellaswag or eval.harness, which use its own tokenizer"
         )

@@ -53,7 +53,7 @@ BASE = "config/mini.py"
 ANCHOR = "adamw"  # tuned first; its search's run count caps every other recipe's
 NOISE_SEEDS, SEARCH_SEED, FINAL_SEEDS = (1, 2, 3), 1, (2, 3, 4)
 LR_STEP = math.sqrt(2)  # the learning rate's ladder: a factor of 2^(1/2) between neighbours
-WARMUPS = (0, 6, 12, 25, 50, 100)  # steps, of the mini run's 256
+WARMUPS = (0, 6, 12, 25, 50, 100, 150, 200)  # steps, of the mini run's 256
 LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its ladder where it falls
     "weight_decay": (0.0, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0),
     "warmup_iters": WARMUPS,

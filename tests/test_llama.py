@@ -134,3 +134,16 @@ def test_a_tiny_llama_learns_and_a_gpt2_checkpoint_is_refused_under_it(tiny_data
     assert proc.returncode == 2 and "holds a GPT-2 model and the config asks for a Llama" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert math.isfinite(losses[-1])
+
+
+@pytest.mark.parametrize("fused_cross_entropy", [False, True], ids=["logits", "fused-cross-entropy"])
+def test_a_llama_compiles_into_one_graph_under_bf16_autocast(fused_cross_entropy):
+    """torch.compile traces a Llama's training forward (rotary tables, RMSNorm, SwiGLU) whole, under CPU bf16
+    autocast as under CUDA's, with no graph break (a break runs the rest eagerly, silently)."""
+    model = GPT(GPTConfig(architecture="llama", n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=96,
+                          bias=False), fused_cross_entropy=fused_cross_entropy)
+    x, y = torch.randint(0, 96, (2, 3, 32))
+    torch._dynamo.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explained = torch._dynamo.explain(model)(x, y)
+    assert explained.graph_count == 1 and not explained.break_reasons, [r.reason for r in explained.break_reasons]
