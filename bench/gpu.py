@@ -58,10 +58,11 @@ import train
 from bench import print_header
 from bench.memory import allocated_prediction
 from bench.optimizer_step import PeakMemory, make_optimizers
-from config import CHOICES, TrainConfig
+from bench.recipes import VARIANTS, paper_config_args
+from config import CHOICES, TrainConfig, read_config_file
 from data.shards import write_shard
 from model import GPT, GPTConfig, PRESETS
-from optim import OPTIMIZERS, build_optimizer, load_config, mini_recipes
+from optim import OPTIMIZERS, build_optimizer, load_config
 from optim.routing import parameter_kinds
 from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
 from optim.schedule import set_learning_rates
@@ -71,11 +72,6 @@ from runtime import Runtime, autocast_context, close_runtime, configure_device, 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Benchmark name -> (the optimizer's part of a paper config's file name, overrides): the registry's mini
-# recipes (config/mini_<part>.py [overrides]), so every optimizer appears.
-VARIANTS = {name.replace("_", "-"): (recipe.args.split()[0].removeprefix("config/mini_").removesuffix(".py"),
-                                     tuple(recipe.args.split()[1:]))
-            for name, recipe in mini_recipes().items()}
 RULE_KERNELS = (ADAMW, UNCORRECTED_EPS_ADAMW, MARS_ADAMW, MARS_LION)
 # --cpu-smoke's model: GPT-2 small's config files with a 2-layer, 32-wide model of 32-token windows
 # over a 256-token vocabulary (NS5 of a 50304-wide embedding would take most of its time on CPU).
@@ -229,13 +225,7 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
                micro_batch: int = 0, world_size: int = 1) -> tuple[TrainConfig, str]:
     """The paper config of model and variant, set up for the benchmark (micro_batch 0: the config's);
     a note when there is none (that model's AdamW config then, with the optimizer switched)."""
-    part, overrides = VARIANTS[variant]
-    preset = "small" if model == "tiny" else model
-    paths = [os.path.join(REPO, "config", f"gpt2_{preset}_{part}.py")]
-    note = ""
-    if not os.path.exists(paths[0]):  # the size's settings and the optimizer's recipe, at its default lr
-        paths = [os.path.join(REPO, "config", f"gpt2_{preset}.py"), os.path.join(REPO, "config", f"paper_{part}.py")]
-        note = f"no gpt2_{preset}_{part}.py: gpt2_{preset}.py + paper_{part}.py"
+    paths, note = paper_config_args("small" if model == "tiny" else model, variant)
     system = [f"--data_dir={data_dir}", f"--device={device}", f"--peak_flops={args.peak_flops}"]
     if args.cpu_smoke:
         system += ["--dtype=float32", "--compile=False"] + [f"--{k}={v}" for k, v in SMOKE_MODEL.items()]
@@ -246,10 +236,11 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
     if micro_batch:
         system.append(f"--micro_batch_size={micro_batch}")
     # one step is grad_accum micro-batches (the config's micro-batch unless micro_batch sets one)
-    micro = micro_batch or load_config([*paths, *overrides, *system]).micro_batch_size
-    block_size = SMOKE_MODEL["block_size"] if args.cpu_smoke else GPTConfig.block_size
+    files = {k: v for path in paths if not path.startswith("--") for k, v in read_config_file(path).items()}
+    micro = micro_batch or files.get("micro_batch_size", TrainConfig.micro_batch_size)
+    block_size = SMOKE_MODEL["block_size"] if args.cpu_smoke else files.get("block_size", TrainConfig.block_size)
     system.append(f"--total_batch_size={micro * block_size * args.grad_accum * world_size}")
-    cfg = load_config([*paths, *overrides, *system])
+    cfg = load_config([*paths, *system])
     return cfg, note
 
 

@@ -40,7 +40,12 @@ GB = 1e9 bytes.
                reads in place, C a, and its logsumexp 4h; c_fc's input C a; c_fc's output (GELU's input)
                4C a; GELU's output 4C a. Under activation checkpointing a block keeps only its input (fp32
                under DDP, bf16 under FSDP). Besides: token ids, targets and positions; ln_f's input and
-               statistics and lm_head's input.
+               statistics and lm_head's input. A Llama block instead (measured against eager autograd,
+               tests/test_memory.py): each RMSNorm's input, 1/rms and normalised input, 8C + 4, twice; c_attn's
+               input and output 4C a, the rotated queries and keys 2C a, the attention output C a and its
+               logsumexp 4h; the SwiGLU's input, cast apart for w1 and w2 under autocast (2C a, else C a), and
+               four H-wide tensors (w1's and w2's outputs, silu's, their product), 4H a; the rotary tables
+               (fp32 cos and sin) instead of positions; ln_f's three saved tensors.
   logits       B x T x vocab. train.py binds only the loss: the logits go when the forward ends, and the
                loss's graph keeps only log-softmax's fp32 output. In the cross-entropy's forward: the logits,
                their fp32 cast (under autocast) and log-softmax's output, a + 4 bytes per logit, + 4 under
@@ -85,9 +90,10 @@ from dataclasses import dataclass
 import torch
 
 import bench
+from bench.recipes import paper_config_args
 import optim.newton_schulz
 from config import TrainConfig
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, swiglu_hidden
 from optim import load_config
 from optim.newton_schulz import balanced_owners, exchanged_bytes, row_blocks
 from optim.routing import parameter_kinds
@@ -401,21 +407,30 @@ def moment_items(run: Run, tensors: list[Tensor]) -> list[Item]:
     a = run.compute_bytes
     checkpointed = cfg.activation_checkpointing
     residual = 2 if run.fsdp and run.low_precision else 4  # FSDP's bf16 weights make a bf16 residual stream
-    block = 8 * C + 14 * a * C + 16 + 4 * h
+    llama = gpt.architecture == "llama"
+    H = (gpt.mlp_hidden or swiglu_hidden(C)) if llama else 4 * C  # the MLP's hidden width
+    if llama:  # (the module docstring's Llama terms)
+        block = 16 * C + 8 + 4 * h + a * (7 * C + 4 * H) + (2 if a != 4 else 1) * a * C
+    else:
+        block = 8 * C + 14 * a * C + 16 + 4 * h
     if checkpointed:
         blocks = gpt.n_layer * residual * C
         recompute = block - (4 * C if residual == 4 else 0)  # LayerNorm saves an fp32 input itself, else a copy
     else:
         blocks, recompute = gpt.n_layer * block, 0
-    batch = 16 * tokens + 8 * gpt.block_size  # token ids and targets (int64), positions
-    head = 4 * C + 8 + a * C  # ln_f's input and statistics, lm_head's input
+    # token ids and targets (int64); positions (int64), or a Llama's rotary tables (fp32 cos and sin)
+    batch = 16 * tokens + (4 * gpt.block_size * (C // h) if llama else 8 * gpt.block_size)
+    # ln_f's input and statistics (a Llama's RMSNorm: its input, 1/rms and the normalised input), lm_head's input
+    head = (8 * C + 4 if llama else 4 * C + 8) + a * C
     # In a block's backward, beyond its saved tensors: the residual stream's gradient (and its cast to the
     # compute dtype for the block's branch, where the two differ) and one more MLP-wide gradient (GELU's
     # output's, then its input's); an MLP weight's gradient in the compute dtype, before it is added to p.grad
     # (FSDP: the block's unsharded gradient, in "reduce-scatter"); and the head's gradient of the tied
     # embedding, held until the embedding's backward adds its own.
-    flowing = residual * C + (a * C if a != residual else 0) + 4 * a * C
-    weight_gradient = 0 if run.fsdp else 4 * C * C * a
+    # (A Llama's SwiGLU backward holds two H-wide gradients at once, the product's and one factor's, and no
+    # weight gradient then: measured, tests/test_memory.py.)
+    flowing = residual * C + (a * C if a != residual else 0) + (2 * a * H if llama else 4 * a * C)
+    weight_gradient = 0 if run.fsdp or llama else 4 * C * C * a
     tied_gradient = (a if run.fsdp else 4) * V * C
     # DDP under autocast: the bf16 copy of each matrix (the blocks' and the tied head's; the head's backward
     # comes first)
@@ -535,15 +550,9 @@ LAYOUTS = (("--data_parallel=ddp",), ("--data_parallel=fsdp",),
 
 
 def paper_config(size: str, variant: str, *overrides: str) -> TrainConfig:
-    """The paper config of a model size and a bench.gpu variant (e.g. mars-exact), with overrides; where
-    there is no config/gpt2_<size>_<optimizer>.py, the size's and the optimizer's recipe files."""
-    from bench.gpu import VARIANTS
-
-    part, variant_overrides = VARIANTS[variant]
-    paths = [os.path.join(REPO, "config", f"gpt2_{size}_{part}.py")]
-    if not os.path.exists(paths[0]):
-        paths = [os.path.join(REPO, "config", f"gpt2_{size}.py"), os.path.join(REPO, "config", f"paper_{part}.py")]
-    return load_config([*paths, *variant_overrides, *overrides])
+    """The paper config of a model size and a benchmark variant (e.g. mars-exact), with overrides
+    (bench.recipes)."""
+    return load_config([*paper_config_args(size, variant)[0], *overrides])
 
 
 def print_readme_tables(world_size: int = 8) -> None:
