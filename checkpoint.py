@@ -39,6 +39,7 @@ import re
 import shutil
 import sys
 import warnings
+import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import IO, Any
@@ -221,6 +222,22 @@ def verify_checksum(path: str, log=_to_stderr) -> str | None:
     return None
 
 
+def unreadable(path: str, error: Exception) -> str:
+    """What is wrong with a checkpoint file torch.load refused: its size and its checksum's verdict (torch's own
+    advice, to load it with weights_only=False, is wrong for a damaged file and unsafe for a foreign one)."""
+    size = os.path.getsize(path)
+    kind = "not a torch zip archive" if "zip" in str(error).lower() or not zipfile.is_zipfile(path) else \
+        f"its contents do not unpickle ({type(error).__name__})"
+    expected = recorded_checksum(path)
+    if expected is None:
+        verdict = "no checksum recorded beside it"
+    elif file_sha256(path) == expected:
+        verdict = "its sha256 matches the one recorded when it was written"
+    else:
+        verdict = "its sha256 differs from the one recorded when it was written: corrupt or cut short"
+    return f"{size:,} bytes, {kind}, {verdict}"
+
+
 def load_checkpoint(path: str, verify: bool = True, log=_to_stderr, only: str = "") -> dict:
     """A checkpoint file's contents, or a CheckpointError naming what is wrong with it.
 
@@ -238,9 +255,8 @@ def load_checkpoint(path: str, verify: bool = True, log=_to_stderr, only: str = 
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated zip, not a torch file, unpickling refused: all mean unusable
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {first_line[:200]}); "
-                              "use an intact checkpoint (resume falls back to an older one)") from e
+        raise CheckpointError(f"{path} is unreadable: {unreadable(path, e)}; use an intact checkpoint (resume "
+                              "falls back to the one before)") from e
     missing = [k for k in ("model", "model_args") if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is not a train.py checkpoint (it lacks {', '.join(missing)})")
@@ -251,8 +267,9 @@ def load_checkpoint(path: str, verify: bool = True, log=_to_stderr, only: str = 
     return ckpt
 
 
-def load_latest(out_dir: str, log=print) -> tuple[str, dict]:
-    """The newest checkpoint in out_dir that verifies and loads (on the CPU); names each one skipped and why."""
+def load_latest(out_dir: str, log=print, only: str = "") -> tuple[str, dict]:
+    """The newest checkpoint in out_dir that verifies and loads (on the CPU; verified under `only`, all by
+    default); names each one skipped and why."""
     candidates = step_checkpoints(out_dir) or [os.path.join(out_dir, LATEST)]
     for unfinished in sorted(glob.glob(os.path.join(out_dir, "ckpt_*.tmp"))):
         log(f"skipping checkpoint: {unfinished} is a save that did not complete (never renamed); "
@@ -260,7 +277,7 @@ def load_latest(out_dir: str, log=print) -> tuple[str, dict]:
     skipped = []
     for path in candidates:
         try:
-            ckpt = load_checkpoint(path, log=log)
+            ckpt = load_checkpoint(path, log=log, only=only)
         except CheckpointError as e:
             skipped.append(str(e))
             log(f"skipping checkpoint: {e}")
@@ -399,8 +416,18 @@ def load_model(path: str, device: str | torch.device = "cpu") -> tuple[GPT, str]
     """The model stored in a train.py checkpoint, on device, in eval mode, and the tokenizer it was trained
     with (for eval/, sample.py, export): the optimizer state is never read, and only the model's bytes
     are verified."""
-    ckpt = load_checkpoint(path, only="model/")
+    if is_run_folder(path):  # what a user pointing at a run means: its newest checkpoint that verifies
+        newest, ckpt = load_latest(path, log=_to_stderr, only="model/")
+        _to_stderr(f"{path} is a run's folder: using its newest verified checkpoint, {newest}")
+    else:
+        ckpt = load_checkpoint(path, only="model/")
     return model_from_checkpoint(ckpt, device), tokenizer_of(ckpt)
+
+
+def is_run_folder(path: str) -> bool:
+    """A train.py out_dir (checkpoints inside it), as against a checkpoint or a sharded checkpoint's folder."""
+    return (os.path.isdir(path) and not os.path.exists(os.path.join(path, MANIFEST))
+            and bool(step_checkpoints(path) or os.path.exists(os.path.join(path, LATEST))))
 
 
 def tokenizer_of(ckpt: dict) -> str:

@@ -350,6 +350,10 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
         raise ConfigError(f"the checkpoint in {cfg.out_dir} is at step {run.step}, beyond this run's {total_iters} "
                           f"steps ({length}); raise {length.split('=')[0]} to continue the run (or score the "
                           "checkpoint with --eval_only=True)")
+    if resume and run.step == total_iters:  # a requeued job, a resubmitted sweep task: said, not silent
+        log.print(f"the run in {cfg.out_dir} is complete: its checkpoint is at step {run.step} of {total_iters}, "
+                  "so nothing is left to do (to train on, raise max_iters; for a new run, use another out_dir)")
+        return 0
     if resume and isinstance(optimizer, EvaluationWeights):
         optimizer.train_weights()  # its checkpoints hold the evaluation weights
     version = code_version()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from fractions import Fraction
 
 import pytest
 import torch
@@ -140,7 +141,32 @@ def test_no_usable_checkpoint_is_a_named_error(tiny_dataset, tmp_path):
     (out / "ckpt.pt").write_bytes(b"PK\x03\x04 a checkpoint cut short")  # an old-style run's only checkpoint
     proc = run_train(tiny_run_args(tiny_dataset, str(out), init_from="resume"), check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "no usable checkpoint" in proc.stderr and "ckpt.pt is not a readable checkpoint" in proc.stderr
+    assert "no usable checkpoint" in proc.stderr and "ckpt.pt is unreadable: " in proc.stderr
+    assert "not a torch zip archive" in proc.stderr and "no checksum recorded" in proc.stderr
+
+
+def test_an_unpicklable_checkpoint_is_named_without_torchs_unsafe_advice(tiny_dataset, tmp_path):
+    """A checkpoint whose pickle names a class torch's weights_only loader refuses: said so, with its size and
+    checksum, not torch's advice to load it with weights_only=False (unsafe, and wrong for a damaged file)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    torch.save({"model": {}, "model_args": {}, "payload": Fraction(1, 3)}, out / "ckpt.pt")
+    proc = run_train(tiny_run_args(tiny_dataset, str(out), init_from="resume"), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "ckpt.pt is unreadable: " in proc.stderr and "its contents do not unpickle (UnpicklingError)" in proc.stderr
+    assert "weights_only" not in proc.stderr, proc.stderr
+
+
+def test_a_finished_run_resumed_says_it_is_complete_and_its_folder_samples(tiny_dataset, tmp_path):
+    out, settings = str(tmp_path / "run"), dict(max_iters=4, eval_interval=2, vocab_size=50304)  # (GPT-2's: sampled)
+    run_train(tiny_run_args(tiny_dataset, out, **settings))
+    again = run_train(tiny_run_args(tiny_dataset, out, init_from="auto", **settings))
+    assert f"the run in {out} is complete: its checkpoint is at step 4 of 4" in again.stdout, again.stdout
+    # sample.py pointed at the run's folder (not a checkpoint in it) samples from its newest verified checkpoint
+    proc = subprocess.run([PYTHON, "sample.py", "--checkpoint", out, "--max_new_tokens=4", "--num_samples=1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{out} is a run's folder: using its newest verified checkpoint, {out}/ckpt_0000004.pt" in proc.stderr
 
 
 def test_a_full_disk_is_named_and_the_previous_checkpoint_survives(tiny_dataset, tmp_path):
