@@ -15,7 +15,7 @@
 #            family: tokens/s, peak allocated and reserved memory
 #   memory   memory-only rows (a log step's peak) of small, medium and large under DDP, and XL under FSDP with
 #            activation checkpointing, each with bench.memory's prediction of what max_memory_allocated sees
-#   large    timed rows of large and XL under FSDP with activation checkpointing
+#   large    timed rows of large and XL under FSDP with activation checkpointing, then llama-124m and llama-720m
 #   async    train.py on GPT-2 small, FSDP on one GPU, a checkpoint every 10 steps: how long a save holds
 #            training up, synchronous against asynchronous (its log lines)
 #   official MARS-AdamW against its authors' fused implementation (bench.official_mars on the official
@@ -88,7 +88,8 @@ for stage in "$@"; do
                     "--data-parallel fsdp --models small --memory-only '' --optimizers $families") ;;
         memory) runs=("--models '' --memory-only small,medium,large --optimizers adamw,mars-exact,muon"
                       "--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon") ;;
-        large) runs=("--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
+        large) runs=("--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon"
+                     "--models llama-124m,llama-720m --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
         esac
         for run in "${runs[@]}"; do
             [ "$(left)" -gt 120 ] || { echo "skipped: $run (time)" | tee -a "$OUT/$stage.txt"; continue; }

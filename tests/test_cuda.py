@@ -217,12 +217,16 @@ def test_fused_cross_entropy_on_cuda_is_as_close_to_fp32_as_the_logits_path(monk
 # ----------------------------------------------------------------------------- train.py on CUDA
 
 
+MODELS = ["small", "llama-124m"]  # GPT-2 and the Llama, at conftest's tiny shape
+
+
 @needs_cuda
-def test_bf16_compiled_training_lowers_the_loss_and_resumes_bit_exact(tiny_dataset, tmp_path):
+@pytest.mark.parametrize("model", MODELS)
+def test_bf16_compiled_training_lowers_the_loss_and_resumes_bit_exact(model, tiny_dataset, tmp_path):
     straight, halves = str(tmp_path / "straight"), str(tmp_path / "halves")
     # the schedule must not depend on max_iters; dropout: the CUDA generator state must resume too
     # deterministic: compiled embedding and flash-attention backwards use atomics otherwise
-    common = dict(lr_decay_iters=30, eval_interval=10, dropout=0.1, deterministic=True)
+    common = dict(lr_decay_iters=30, eval_interval=10, dropout=0.1, deterministic=True, model=model)
     run_train(cuda_run_args(tiny_dataset, straight, max_iters=30, **common))
     val = read_metrics(straight, "val")
     assert [r["step"] for r in val] == [0, 10, 20, 30]
@@ -305,12 +309,13 @@ def test_torchrun_with_nccl_on_one_gpu(tiny_dataset, tmp_path, monkeypatch):
 
 
 @needs_cuda
-def test_fsdp_on_one_gpu_bf16_compiled_per_block(tiny_dataset, tmp_path):
+@pytest.mark.parametrize("model", MODELS)
+def test_fsdp_on_one_gpu_bf16_compiled_per_block(model, tiny_dataset, tmp_path):
     """data_parallel=fsdp under torchrun on one GPU: the bf16/fp32 mixed-precision policy, NCCL, each
     block compiled, activation checkpointing; the loss goes down and a sharded checkpoint is written."""
     out = str(tmp_path / "run")
     run_train(cuda_run_args(tiny_dataset, out, max_iters=12, data_parallel="fsdp", activation_checkpointing=True,
-                            optimizer="mars"), nproc=1)
+                            optimizer="mars", model=model), nproc=1)
     val = read_metrics(out, "val")
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.3, val
     assert os.path.exists(os.path.join(out, "ckpt_0000012", "manifest.json"))
@@ -329,7 +334,8 @@ def test_fsdp_gathers_bf16_weights_onto_fp32_master_weights_and_gradients(monkey
 # Schedule-Free's weight sums and step counters): the registry's recipe for each.
 SHARDED_RESUME_RECIPES = {"mars_exact": ["config/mini_mars.py", "--is_approx=False"],
                           "mars_m_exact": ["config/mini_mars_m.py", "--is_approx=False"],
-                          "schedule_free_adamw": ["config/mini_schedule_free_adamw.py"]}
+                          "schedule_free_adamw": ["config/mini_schedule_free_adamw.py"],
+                          "mars_exact@llama": ["config/mini_mars.py", "--is_approx=False", "--model=llama-124m"]}
 
 
 @needs_cuda
