@@ -20,6 +20,8 @@ import torch.nn as nn
 import config
 from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
 from optim.adamw import AdamWHyperparameters, build_adamw
+from optim.adopt import ADOPTHyperparameters, build_adopt
+from optim.cautious_adamw import CautiousAdamWHyperparameters, build_cautious_adamw
 from optim.contract import Builder, Hyperparameters, Loop
 from optim.lion import LionHyperparameters, build_lion
 from optim.mars import MARS, MARSHyperparameters, build_mars
@@ -28,6 +30,7 @@ from optim.moonlight import Moonlight, MoonlightHyperparameters, build_moonlight
 from optim.muon import Muon, MuonHyperparameters, build_muon
 from optim.nadamw import NAdamWHyperparameters, build_nadamw
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
+from optim.signum import SignumHyperparameters, build_signum
 from optim.soap import SOAPHyperparameters, build_soap
 
 __all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", "build_optimizer", "load_config"]
@@ -89,6 +92,15 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("schedule-free-adamw", ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw,
                       {"schedule_free_adamw": MiniRecipe("config/mini_schedule_free_adamw.py",
                                                          (2e-3, 4e-3, 8e-3, 1.6e-2), ("sf_warmup_steps", "beta2"))}),
+        OptimizerSpec("adopt", ADOPTHyperparameters, build_adopt,
+                      {"adopt": MiniRecipe("config/mini_adopt.py", (1e-3, 2e-3, 4e-3, 8e-3),
+                                           ("warmup_iters", "beta2"))}),
+        OptimizerSpec("signum", SignumHyperparameters, build_signum,
+                      {"signum": MiniRecipe("config/mini_signum.py", (1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3),
+                                            ("warmup_iters", "beta1"))}),
+        OptimizerSpec("cautious-adamw", CautiousAdamWHyperparameters, build_cautious_adamw,
+                      {"cautious_adamw": MiniRecipe("config/mini_cautious_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3),
+                                                    ("warmup_iters", "beta1", "beta2"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
                       {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                          ("warmup_iters", "beta2", "precondition_frequency"))}),

@@ -1,7 +1,9 @@
 """
-The baselines (Lion, NAdamW, AdEMAMix, Schedule-Free AdamW, SOAP) against float64 restatements of
-their authors' reference implementations, on a tiny GPT built through the registry (so the routing
-table's decay groups are part of what is checked): google/automl lion/lion_pytorch.py, AlgoPerf's
+The baselines (Lion, NAdamW, AdEMAMix, Schedule-Free AdamW, SOAP, ADOPT, Signum, Cautious AdamW) against float64
+restatements of their authors' reference implementations, on a tiny GPT built through the registry (so the
+routing table's decay groups are part of what is checked): iShohei220/adopt at 6468572 (src/adopt/adopt.py),
+epfml/llm-optimizer-benchmark at fdecd5d (src/optim/sign.py, the Signum the benchmark runs),
+kyleliang919/C-Optim at 2c0517c (c_adamw.py), google/automl lion/lion_pytorch.py, AlgoPerf's
 NAdamW (mlcommons/algorithmic-efficiency, algorithms/baselines/external_tuning/
 pytorch_nadamw_full_budget.py), apple/ml-ademamix pytorch/ademamix.py,
 facebookresearch/schedule_free's AdamWScheduleFree (the `schedulefree` package we depend on, checked
@@ -85,6 +87,56 @@ def schedule_free_reference(p, g, state, lr, wd, hp, group_state):
     z.sub_(scheduled_lr * normalized)
 
 
+def adopt_reference(p, g, state, lr, wd, hp):
+    """iShohei220/adopt's _single_tensor_adopt: v from the first gradient alone, then the clipped normalised
+    gradient averaged, v updated last."""
+    b1, b2, eps = hp["beta1"], hp["beta2"], hp["eps"]
+    k = state.get("k", 0)
+    m, v = state.setdefault("m", torch.zeros_like(p)), state.setdefault("v", torch.zeros_like(p))
+    if not hp["adopt_decoupled"]:
+        g = g.add(p, alpha=wd)
+    state["k"] = k + 1
+    if k == 0:
+        v.addcmul_(g, g)
+        return
+    if hp["adopt_decoupled"]:
+        p.add_(p, alpha=-lr * wd)
+    normalised = g.div(torch.clamp(v.sqrt(), min=eps)).clamp_(-(k ** 0.25), k ** 0.25)
+    m.lerp_(normalised, 1 - b1)
+    p.add_(m, alpha=-lr)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+
+
+def signum_reference(p, g, state, lr, wd, hp):
+    """The benchmark's Signum (llm-optimizer-benchmark src/optim/sign.py, sign_update=True, dampening 0), its
+    buffer started as a copy of the decayed weights ("parameter") or, as torch's SGD starts it, at the first
+    gradient ("gradient")."""
+    b = hp["beta1"]
+    p.mul_(1 - lr * wd)
+    if "buf" not in state:
+        state["buf"] = p.clone() if hp["signum_momentum_init"] == "parameter" else None
+    if state["buf"] is None:
+        state["buf"] = g.clone()
+    else:
+        state["buf"].mul_(b).add_(g)
+    direction = g + b * state["buf"] if hp["signum_nesterov"] else state["buf"]
+    p.add_(torch.sign(direction), alpha=-lr)
+
+
+def cautious_adamw_reference(p, g, state, lr, wd, hp):
+    """kyleliang919/C-Optim c_adamw.py's default (foreach) update, for one tensor."""
+    b1, b2, eps = hp["beta1"], hp["beta2"], hp["eps"]
+    t = state["t"] = state.get("t", 0) + 1
+    m, v = state.setdefault("m", torch.zeros_like(p)), state.setdefault("v", torch.zeros_like(p))
+    m.lerp_(g, 1 - b1)
+    v.lerp_(g * g, 1 - b2)
+    denom = v.sqrt() / math.sqrt(1 - b2**t) + eps
+    mask = (m * g > 0).to(g.dtype)
+    kept = mask.mean().clamp(min=1e-3)
+    p.mul_(1 - lr * wd)
+    p.sub_((lr / (1 - b1**t)) * (m * mask) / denom / kept)
+
+
 def advance_schedule_free_group(group_state, lr, hp):
     k = group_state.setdefault("k", 0)
     warmup = hp["sf_warmup_steps"]
@@ -102,6 +154,10 @@ BASELINES = {  # name: (config overrides, reference step, whether the schedule m
                  ademamix_reference, True),
     "schedule-free-adamw": (dict(learning_rate=1e-2, weight_decay=0.1, beta2=0.95, sf_warmup_steps=3,
                                  lr_schedule="constant", warmup_iters=0), None, False),
+    "adopt": (dict(learning_rate=1e-2, weight_decay=0.1, beta1=0.9, beta2=0.95), adopt_reference, True),
+    "signum": (dict(learning_rate=3e-3, weight_decay=0.5, beta1=0.9), signum_reference, True),
+    "cautious-adamw": (dict(learning_rate=1e-2, weight_decay=0.1, beta1=0.9, beta2=0.95), cautious_adamw_reference,
+                       True),
 }
 
 
@@ -117,13 +173,18 @@ def gradients(model, seed):
 
 # Each baseline in float32 lands on its float64 reference to float32 rounding; NAdamW also runs in float64,
 # where it must be the reference's arithmetic to float64 rounding (AlgoPerf's exact formulation).
-PARITY = [(name, torch.float32, 2e-6) for name in BASELINES] + [("nadamw", torch.float64, 1e-10)]
+# Settings run besides each baseline's defaults: ADOPT's coupled decay, the benchmark's Signum (its momentum from
+# the weights) and Signum with Nesterov.
+PARITY = ([(name, {}, torch.float32, 2e-6) for name in BASELINES] + [("nadamw", {}, torch.float64, 1e-10)]
+          + [("adopt", dict(adopt_decoupled=False), torch.float32, 2e-6),
+             ("signum", dict(signum_momentum_init="parameter"), torch.float32, 2e-6),
+             ("signum", dict(signum_nesterov=True), torch.float32, 2e-6)])
 
 
-@pytest.mark.parametrize("name, dtype, tolerance", PARITY)
-def test_baseline_matches_its_authors_reference(name, dtype, tolerance):
+@pytest.mark.parametrize("name, settings, dtype, tolerance", PARITY)
+def test_baseline_matches_its_authors_reference(name, settings, dtype, tolerance):
     overrides, reference_step, scheduled = BASELINES[name]
-    cfg = tiny_config(optimizer=name, decay_embeddings=False, **overrides)
+    cfg = tiny_config(optimizer=name, decay_embeddings=False, **overrides, **settings)
     hp = cfg.hyperparameters.to_dict() | {"warmup": overrides.get("alpha_warmup", 0)}
     torch.manual_seed(0)
     model = GPT(GPTConfig(**TINY)).to(dtype)

@@ -1,0 +1,8 @@
+# ADOPT for the CPU mini reproduction (after config/mini.py): Semenov et al.'s 124M settings (betas 0.9/0.999,
+# decoupled weight decay 0.1, eps 1e-6) and AdamW's decay groups; the learning rate AdamW's, not yet swept.
+optimizer = "adopt"
+learning_rate = 2e-3
+weight_decay = 0.1
+beta1 = 0.9
+beta2 = 0.999
+decay_embeddings = False  # the official decay groups
