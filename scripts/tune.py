@@ -13,12 +13,11 @@ Per recipe (the registry's mini recipes, optim/__init__.py: the keys it tunes ar
 1. The seed noise: the recipe's own point (config/mini.py, config/mini_<x>.py) at seeds 1, 2 and 3; the
    standard deviation of their best validation losses is the threshold of every move below.
 2. Rounds over the keys, on seed 1. For each key, the centre's two neighbours on the key's ladder (LADDERS;
-   the learning rate: the centre times 2^(-1/2) and 2^(1/2)); when the better neighbour beats the centre by
-   more than the noise, the centre moves there and the search walks on in that direction while each step
-   beats the new centre by more than the noise. A round in which no key moved ends the search, as does
-   --max-rounds.
+   the learning rate: the centre times 2^(-1/2) and 2^(1/2)); while the best value tried beats the centre by
+   more than the noise, the centre moves there and the next two values beyond it are tried. A round in which
+   no key moved ends the search, as does --max-rounds.
 3. The tuned point at seeds 2, 3 and 4 (its mean over seeds 1-4 is its result), and its sensitivity as the
-   benchmarks report it: seed 1 at 0.5x and 2x its learning rate.
+   benchmarks report it: seed 1 at 0.5x and 2x its learning rate (two steps down and up its ladder).
 
 AdamW is always tuned first, and no other recipe's search (steps 1-2) runs more runs than AdamW's did: a
 search that reaches that number stops there, and tuning.md says so. Every run is a point of scripts.sweep
@@ -165,25 +164,25 @@ class Tuner:
                     break
                 losses[centre[key]] = best_loss
                 candidate = min(losses, key=losses.get)
-                direction = 1 if candidate == above else -1
-                # walk while a step beats the centre by more than the noise; the next two steps run together
-                # (two cores), the second one wasted only where the first does not beat the centre
+                # move to the best value tried while it beats the centre by more than the noise, and try the
+                # next two values beyond it (together: two cores)
                 while candidate != centre[key] and best_loss - losses[candidate] > tuning.noise:
+                    direction = 1 if float(candidate) > float(centre[key]) else -1
                     centre[key], best_loss, moved = candidate, losses[candidate], True
-                    ahead = ladder_ahead(key, candidate, direction, tuning.start, 2)
-                    step = try_values(key, [v for v in ahead if v not in losses]) if ahead else None
+                    ahead = [v for v in ladder_ahead(key, candidate, direction, tuning.start, 2) if v not in losses]
+                    step = try_values(key, ahead) if ahead else {}
                     if step is None:
                         break
                     losses |= step
-                    candidate = ahead[0]
+                    candidate = min(losses, key=losses.get)
                 tuning.tried.append(Tried(round_, key, losses, centre[key]))
             if tuning.capped or not moved:
                 break
         tuning.centre = centre
         tuned = self.point(tuning, centre)
         tuning.final = self.scores([tuned], (SEARCH_SEED, *FINAL_SEEDS))[tuned]
-        for label, factor in (("0.5x", 0.5), ("2x", 2.0)):
-            lr = text(float(centre["learning_rate"]) * factor)
+        for label, direction in (("0.5x", -1), ("2x", +1)):  # two steps of 2^(1/2) on the learning rate's ladder
+            lr = ladder_ahead("learning_rate", centre["learning_rate"], direction, tuning.start, 2)[-1]
             tuning.sensitivity[label] = self.losses(tuning, centre, "learning_rate", [lr])[lr]
         return tuning
 

@@ -88,3 +88,20 @@ def test_bad_input_is_refused_by_name_before_any_run(arguments, message, tmp_pat
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not os.path.exists(folder)  # nothing run, nothing written
+
+
+def test_a_better_value_beyond_a_flat_step_is_taken():
+    """Seed noise can make the loss along a walk uneven: the next step no better than the centre, the one after
+    it better by more than the noise. Both were run; the centre moves to the better."""
+    along = {"0.001414": 2.2, "0.002": 2.1, "0.002828": 2.0, "0.004": 1.995, "0.005657": 1.95, "0.008": 1.99,
+             "0.01131": 2.2}
+
+    class Uneven(SyntheticTuner):
+        def scores(self, points, seeds):
+            self.asked += [(p, s) for p in points for s in seeds]
+            return {p: sweep.Score([along[dict(p.values)["learning_rate"]] + self.SEED_OFFSET[s] for s in seeds], 0)
+                    for p in points}
+
+    result = Uneven().tune(tune.RecipeTuning("adamw", ["learning_rate"], {"learning_rate": "0.002"}), None, 4)
+    assert result.centre == {"learning_rate": "0.005657"}, result.tried
+    assert result.sensitivity == {"0.5x": pytest.approx(2.0), "2x": pytest.approx(2.2)}  # 0.002828 and 0.01131
