@@ -175,8 +175,11 @@ def gradients(model, seed):
 # where it must be the reference's arithmetic to float64 rounding (AlgoPerf's exact formulation).
 # Settings run besides each baseline's defaults: ADOPT's coupled decay, the benchmark's Signum (its momentum from
 # the weights) and Signum with Nesterov.
-PARITY = ([(name, {}, torch.float32, 2e-6) for name in BASELINES] + [("nadamw", {}, torch.float64, 1e-10)]
-          + [("adopt", dict(adopt_decoupled=False), torch.float32, 2e-6),
+# ADOPT, Signum and Cautious AdamW are in the quick tier too (8 tiny steps each).
+QUICK = pytest.mark.quick
+PARITY = ([pytest.param(name, {}, torch.float32, 2e-6, marks=QUICK if name in ("adopt", "signum", "cautious-adamw")
+                        else ()) for name in BASELINES]
+          + [("nadamw", {}, torch.float64, 1e-10), ("adopt", dict(adopt_decoupled=False), torch.float32, 2e-6),
              ("signum", dict(signum_momentum_init="parameter"), torch.float32, 2e-6),
              ("signum", dict(signum_nesterov=True), torch.float32, 2e-6)])
 
