@@ -36,7 +36,7 @@ class GPTConfig:
     scale_attn_by_inverse_layer_idx: bool = False
     # The architecture and what only a Llama reads (set by the presets, not by configs)
     architecture: str = "gpt2"  # "gpt2" | "llama"
-    mlp_hidden: int = 0  # llama: the SwiGLU hidden size; 0: llm-baselines' rule (swiglu_hidden)
+    mlp_ratio: int = 0  # llama: the SwiGLU hidden size in n_embd's; 0: llm-baselines' rule (swiglu_hidden)
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5  # the norms' (GPT-2's LayerNorm, a Llama's RMSNorm)
     tie_embeddings: bool = True  # the lm_head is the token embedding (GPT-2's always is)
@@ -59,7 +59,7 @@ PRESETS: dict[str, dict] = {
     "llama-210m": dict(architecture="llama", n_layer=24, n_head=12, n_embd=768),  # 208.54M
     "llama-720m": dict(architecture="llama", n_layer=12, n_head=16, n_embd=2048),  # 719.64M
     **{f"llama-{size}": dict(architecture="llama", n_layer=32, n_head=n_embd // 64, n_embd=n_embd,
-                             mlp_hidden=4 * n_embd, tie_embeddings=False, init="fan_in")
+                             mlp_ratio=4, tie_embeddings=False, init="fan_in")
        for size, n_embd in (("130m", 512), ("300m", 768), ("520m", 1024), ("1.2b", 1536))},
 }
 
@@ -67,6 +67,13 @@ PRESETS: dict[str, dict] = {
 def swiglu_hidden(n_embd: int) -> int:
     """llm-baselines' SwiGLU hidden size: 2/3 of 4 n_embd, rounded up to a multiple of 256 (768 -> 2048)."""
     return 256 * math.ceil(int(2 * 4 * n_embd / 3) / 256)
+
+
+def mlp_hidden(config: GPTConfig) -> int:
+    """The MLP's hidden width: GPT-2's 4 n_embd; a Llama's mlp_ratio n_embd, or llm-baselines' rule."""
+    if config.architecture != "llama":
+        return 4 * config.n_embd
+    return config.mlp_ratio * config.n_embd or swiglu_hidden(config.n_embd)
 
 
 # Rows of LinearCrossEntropy's chunks: 4096 x 50304 logits are 0.4 GB in bf16, and products that size run as
@@ -119,8 +126,9 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 def rotary_tables(config: GPTConfig, length: int, device: torch.device) -> torch.Tensor:
     """cos and sin of each position's angle for each pair of a head's dimensions: (2, length, head_dim / 2), fp32
-    (theta^(-2i/d) per pair i, as llm-baselines and Meta compute it). Made in each forward pass, on the input's
-    device: a few thousand numbers, and no buffer for a meta-device or sharded model to lose."""
+    (theta^(-2i/d) per pair i, as llm-baselines and Meta compute it). Made by each attention layer in each forward
+    pass, on its input's device: a few thousand numbers, no buffer for a meta-device or sharded model to lose, and
+    never an input of an FSDP block (whose mixed-precision policy would cast it to bf16)."""
     head_dim = config.n_embd // config.n_head
     inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
     angles = torch.outer(torch.arange(length, device=device).float(), inv_freq)
@@ -160,16 +168,17 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.n_embd = config.n_embd
         self.dropout = config.dropout
+        self.rotary_config = config if config.architecture == "llama" else None
         head_dim = config.n_embd // config.n_head
         self.scale = 1.0 / math.sqrt(head_dim)
         if config.scale_attn_by_inverse_layer_idx:
             self.scale /= layer_idx + 1
 
-    def forward(self, x: torch.Tensor, rotary: torch.Tensor | None = None) -> torch.Tensor:
-        """rotary: rotary_tables' cos and sin (a Llama's), else None."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head) for t in self.c_attn(x).split(self.n_embd, dim=2))
-        if rotary is not None:
+        if self.rotary_config is not None:  # a Llama's positions
+            rotary = rotary_tables(self.rotary_config, T, x.device)
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs)
         # Flash / memory-efficient kernels on GPU; the causal mask is implicit.
@@ -197,7 +206,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        hidden = config.mlp_hidden or swiglu_hidden(config.n_embd)
+        hidden = mlp_hidden(config)
         self.w1 = nn.Linear(config.n_embd, hidden, bias=False)
         self.w2 = nn.Linear(config.n_embd, hidden, bias=False)
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=False)
@@ -222,8 +231,8 @@ class Block(nn.Module):
         self.ln_2 = norm(config)
         self.mlp = SwiGLU(config) if config.architecture == "llama" else MLP(config)
 
-    def forward(self, x: torch.Tensor, rotary: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rotary)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
         x = x + self.mlp(self.ln_2(x))
         return x
 
@@ -295,14 +304,12 @@ class GPT(nn.Module):
         b, t = idx.size()
         if t > self.config.block_size:
             raise ValueError(f"sequence of length {t} is longer than block_size {self.config.block_size}")
-        x, rotary = self.transformer.wte(idx), None
-        if self.config.architecture == "llama":
-            rotary = rotary_tables(self.config, t, idx.device)
-        else:
+        x = self.transformer.wte(idx)
+        if "wpe" in self.transformer:  # (a Llama's positions are its attention's rotary embeddings)
             x = x + self.transformer.wpe(torch.arange(0, t, dtype=torch.long, device=idx.device))
         x = self.transformer.drop(x)
         for block in self.transformer.h:
-            x = block(x, rotary)
+            x = block(x)
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.lm_head(x if all_logits else x[:, [-1], :]), None

@@ -45,7 +45,7 @@ GB = 1e9 bytes.
                input and output 4C a, the rotated queries and keys 2C a, the attention output C a and its
                logsumexp 4h; the SwiGLU's input, cast apart for w1 and w2 under autocast (2C a, else C a), and
                four H-wide tensors (w1's and w2's outputs, silu's, their product), 4H a; the rotary tables
-               (fp32 cos and sin) instead of positions; ln_f's three saved tensors.
+               (fp32 cos and sin, each layer's own) instead of positions; ln_f's three saved tensors.
   logits       B x T x vocab. train.py binds only the loss: the logits go when the forward ends, and the
                loss's graph keeps only log-softmax's fp32 output. In the cross-entropy's forward: the logits,
                their fp32 cast (under autocast) and log-softmax's output, a + 4 bytes per logit, + 4 under
@@ -93,7 +93,7 @@ import bench
 from bench.recipes import paper_config_args
 import optim.newton_schulz
 from config import TrainConfig
-from model import GPT, GPTConfig, swiglu_hidden
+from model import GPT, GPTConfig, mlp_hidden
 from optim import load_config
 from optim.newton_schulz import balanced_owners, exchanged_bytes, row_blocks
 from optim.routing import parameter_kinds
@@ -408,7 +408,7 @@ def moment_items(run: Run, tensors: list[Tensor]) -> list[Item]:
     checkpointed = cfg.activation_checkpointing
     residual = 2 if run.fsdp and run.low_precision else 4  # FSDP's bf16 weights make a bf16 residual stream
     llama = gpt.architecture == "llama"
-    H = (gpt.mlp_hidden or swiglu_hidden(C)) if llama else 4 * C  # the MLP's hidden width
+    H = mlp_hidden(gpt)  # the MLP's hidden width
     if llama:  # (the module docstring's Llama terms)
         block = 16 * C + 8 + 4 * h + a * (7 * C + 4 * H) + (2 if a != 4 else 1) * a * C
     else:
@@ -418,8 +418,10 @@ def moment_items(run: Run, tensors: list[Tensor]) -> list[Item]:
         recompute = block - (4 * C if residual == 4 else 0)  # LayerNorm saves an fp32 input itself, else a copy
     else:
         blocks, recompute = gpt.n_layer * block, 0
-    # token ids and targets (int64); positions (int64), or a Llama's rotary tables (fp32 cos and sin)
-    batch = 16 * tokens + (4 * gpt.block_size * (C // h) if llama else 8 * gpt.block_size)
+    # token ids and targets (int64); positions (int64), or a Llama's rotary tables (fp32 cos and sin), which each
+    # attention layer makes and saves (under checkpointing, the one recomputed block's)
+    rotary = 4 * gpt.block_size * (C // h) * (1 if checkpointed else gpt.n_layer)
+    batch = 16 * tokens + (rotary if llama else 8 * gpt.block_size)
     # ln_f's input and statistics (a Llama's RMSNorm: its input, 1/rms and the normalised input), lm_head's input
     head = (8 * C + 4 if llama else 4 * C + 8) + a * C
     # In a block's backward, beyond its saved tensors: the residual stream's gradient (and its cast to the
@@ -431,7 +433,7 @@ def moment_items(run: Run, tensors: list[Tensor]) -> list[Item]:
     # weight gradient then: measured, tests/test_memory.py.)
     flowing = residual * C + (a * C if a != residual else 0) + (2 * a * H if llama else 4 * a * C)
     weight_gradient = 0 if run.fsdp or llama else 4 * C * C * a
-    tied_gradient = (a if run.fsdp else 4) * V * C
+    tied_gradient = (a if run.fsdp else 4) * V * C if gpt.tie_embeddings else 0  # (untied: the head's own .grad)
     # DDP under autocast: the bf16 copy of each matrix (the blocks' and the tied head's; the head's backward
     # comes first)
     copies = {"all": 0, "head": 0, "block": 0}

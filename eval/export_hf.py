@@ -45,7 +45,7 @@ from safetensors.torch import save_file
 from data.tokenizer import EOT_TOKEN, get_encoding
 from checkpoint import load_model
 from eval.scoring import model_encoding
-from model import GPT, GPTConfig, swiglu_hidden
+from model import GPT, GPTConfig, mlp_hidden
 from errors import InputError, exit_on_input_error
 
 # Linear weights that GPT-2 keeps in Conv1D layout (in_features, out_features).
@@ -54,7 +54,7 @@ CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
 # training, not the function; dropout is off in evaluation.)
 EXPRESSIBLE_FIELDS = {
     "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "scale_attn_by_inverse_layer_idx",
-    "architecture", "mlp_hidden", "rope_theta", "norm_eps", "tie_embeddings", "init",
+    "architecture", "mlp_ratio", "rope_theta", "norm_eps", "tie_embeddings", "init",
 }
 HF_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
 EOT_STRING = "<|endoftext|>"
@@ -69,7 +69,7 @@ def check_expressible(config: GPTConfig) -> None:
     if unknown:
         raise ValueError(f"GPTConfig fields {sorted(unknown)} have no Hugging Face equivalent in export_hf; "
                          "map them in hf_config or refuse them explicitly")
-    if config.architecture == "gpt2" and (not config.tie_embeddings or config.mlp_hidden):
+    if config.architecture == "gpt2" and (not config.tie_embeddings or config.mlp_ratio):
         raise ValueError("a GPT2LMHeadModel has a tied head and a 4 n_embd MLP; this GPT-2 has not")
 
 
@@ -95,7 +95,7 @@ def hf_config(config: GPTConfig) -> dict:
             "model_type": "llama",
             "vocab_size": config.vocab_size,
             "hidden_size": config.n_embd,
-            "intermediate_size": config.mlp_hidden or swiglu_hidden(config.n_embd),
+            "intermediate_size": mlp_hidden(config),
             "num_hidden_layers": config.n_layer,
             "num_attention_heads": config.n_head,
             "num_key_value_heads": config.n_head,

@@ -176,6 +176,8 @@ class Tuner:
                     losses |= step
                     candidate = min(losses, key=losses.get)
                 tuning.tried.append(Tried(round_, key, losses, centre[key]))
+                if tuning.capped:  # (no key after it either: the search stops where the budget ran out)
+                    break
             if tuning.capped or not moved:
                 break
         tuning.centre = centre

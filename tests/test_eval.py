@@ -365,7 +365,7 @@ def test_generate_until_on_bytes_runs_to_its_limit_and_stops_at_eot():
 @pytest.mark.parametrize("overrides", [
     dict(scale_attn_by_inverse_layer_idx=True), dict(bias=False),
     dict(architecture="llama", bias=False),  # llm-baselines' Llama: tied head
-    dict(architecture="llama", bias=False, tie_embeddings=False, init="fan_in", mlp_hidden=128),  # Wen et al.'s
+    dict(architecture="llama", bias=False, tie_embeddings=False, init="fan_in", mlp_ratio=4),  # Wen et al.'s
 ], ids=["gpt2-inverse-layer-scaling", "gpt2-no-bias", "llama-tied", "llama-untied"])
 def test_export_loads_in_transformers_with_equal_logits(overrides, tmp_path, capsys):
     """The exported folder (GPT2LMHeadModel, or LlamaForCausalLM with q_proj and k_proj in Hugging Face's rotary

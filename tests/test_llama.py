@@ -147,3 +147,11 @@ def test_a_llama_compiles_into_one_graph_under_bf16_autocast(fused_cross_entropy
     with torch.autocast("cpu", dtype=torch.bfloat16):
         explained = torch._dynamo.explain(model)(x, y)
     assert explained.graph_count == 1 and not explained.break_reasons, [r.reason for r in explained.break_reasons]
+
+
+def test_a_preset_shape_override_keeps_the_presets_mlp_rule():
+    """Wen et al.'s presets size the SwiGLU at 4 n_embd, Semenov et al.'s by llm-baselines' rule: either follows
+    an overridden width (a tiny model of either family is its family's shape)."""
+    for preset, hidden in (("llama-130m", 4 * 64), ("llama-124m", 256)):
+        cfg = load_config(["config/mini.py", f"--model={preset}", "--n_layer=2", "--n_head=2", "--n_embd=64"])
+        assert GPT(GPTConfig(**cfg.model_args())).transformer.h[0].mlp.w1.out_features == hidden, preset

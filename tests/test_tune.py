@@ -105,3 +105,12 @@ def test_a_better_value_beyond_a_flat_step_is_taken():
     result = Uneven().tune(tune.RecipeTuning("adamw", ["learning_rate"], {"learning_rate": "0.002"}), None, 4)
     assert result.centre == {"learning_rate": "0.005657"}, result.tried
     assert result.sensitivity == {"0.5x": pytest.approx(2.0), "2x": pytest.approx(2.2)}  # 0.002828 and 0.01131
+
+
+def test_a_capped_search_tries_no_key_after_the_cap():
+    """Where AdamW's run count stops a search, no later key of that round or any other is tried."""
+    tuner = SyntheticTuner()
+    start = dict(START, warmup_iters="200")
+    result = tuner.tune(tune.RecipeTuning("lion", KEYS, start), budget=6, max_rounds=4)
+    assert result.capped == 6 and [t.key for t in result.tried] == ["learning_rate"], result.tried
+    assert result.centre["warmup_iters"] == "200"
