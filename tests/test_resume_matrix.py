@@ -78,15 +78,14 @@ DESTINATION = {"fsdp2_to_fsdp4": "fsdp4", "fsdp4_to_fsdp2": "fsdp2", "fsdp2_to_o
 # A Llama variant (its name ends in @llama) runs the Llama block on the same shape, but with one head of 34
 # (rotary embeddings pair a head's dimensions: an even head size) and no position table.
 LLAMA, LLAMA_SHAPE = "@llama", ["--model=llama-124m", "--n_head=1"]
-LLAMA_ALSO = ("adamw",)  # first recipes that also run on the Llama (the others' extra variants do: below)
 
 
 def state_variants() -> dict[str, list[str]]:
     """Every registry optimizer's mini recipes, and its first recipe with each other value of every
     setting that shapes its state (its Hyperparameters.state_keys: a boolean flipped, each other choice),
     one at a time; a variant whose settings equal an earlier one's is left out. The first recipe of each
-    optimizer runs GPT-2; its other variants run the Llama, as do LLAMA_ALSO's (the 2025 benchmarks' model
-    through every kind of resume at no more runs than GPT-2's alone took, but for AdamW's)."""
+    optimizer runs GPT-2; its other variants run the Llama, and an optimizer with no other variant runs its
+    first recipe on the Llama too: every optimizer family through every kind of resume on both models."""
     variants, seen = {}, set()
     for spec in OPTIMIZERS.values():
         recipes = {name: recipe.args.split() for name, recipe in spec.mini_recipes.items()}
@@ -101,13 +100,15 @@ def state_variants() -> dict[str, list[str]]:
             others = [c for c in choices if c != value]
             for other in others:
                 recipes[f"{first_name}+{key}={other}"] = first_args + [f"--{key}={other}"]
+        own = []
         for i, (name, args) in enumerate(recipes.items()):
             settings = repr(dataclasses.asdict(load_config(args).hyperparameters) | {"optimizer": spec.name})
             if settings not in seen:
                 seen.add(settings)
-                variants[name + (LLAMA if i else "")] = args + EXTRA_ARGS.get(spec.name, [])
-                if name in LLAMA_ALSO:
-                    variants[name + LLAMA] = variants[name]
+                own.append(name + (LLAMA if i else ""))
+                variants[own[-1]] = args + EXTRA_ARGS.get(spec.name, [])
+        if len(own) == 1:  # no other variant to run the Llama
+            variants[first_name + LLAMA] = variants[first_name]
     return variants
 
 
