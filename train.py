@@ -35,13 +35,13 @@ from checkpoint import (
     CheckpointError, FileCheckpoints, RunState, ShardedCheckpoints, check_resumable, has_checkpoint, load_checkpoint,
     load_latest, restore_training_state, run_meta,
 )
-from config import ConfigError, TrainConfig
+from config import HELP_FLAGS, ConfigError, TrainConfig
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
 from data.prepare import PrepareError, check_complete
 from data.shards import ShardError
 from errors import InputError, exit_on_input_error
 from model import GPT, GPTConfig
-from optim import build_optimizer, load_config
+from optim import build_optimizer, help_text, load_config
 from optim.contract import EvaluationWeights, VarianceReduction, evaluation_weights, needs_second_gradient
 from optim.diagnostics import update_and_weight_rms, weights_before_step
 from optim.routing import parameter_kinds
@@ -469,6 +469,9 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
 def main(argv: list[str]) -> None:
     keep_early_stop_signals()  # (again, for a script that imported train and calls main: from here on)
     with exit_on_input_error(ShardError, FileNotFoundError, FloatingPointError, PrepareError):
+        if any(arg in HELP_FLAGS for arg in argv):
+            print(help_text(argv))
+            sys.exit(0)
         cfg = load_config(argv)
         check_slurm_restarts(cfg.max_requeues)  # (a job SLURM itself requeues after every failure)
         check_complete(cfg.data_path())  # an interrupted data.prepare: its shards hold part of the data

@@ -19,17 +19,19 @@ does not read stop the run before any work, naming the key and the fix.
 import ast
 import dataclasses
 import difflib
+import inspect
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass
 
 from data.tokenizer import TOKENIZERS
 from model import PRESETS, GPTConfig
+from errors import InputError
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd")  # a config's values override the preset's; 0 keeps the preset's
-from errors import InputError
 
 
 @dataclass
@@ -332,6 +334,74 @@ def read_config_file(path: str, including: tuple[str, ...] = ()) -> dict[str, ty
             except ConfigError as e:
                 raise ConfigError(f"config file {path} includes {name}: {e}") from None
     return included | values
+
+
+HELP_FLAGS = ("--help", "-h")
+
+
+def schema_help(schema: type) -> list[str]:
+    """A settings dataclass's keys, one line each (name, default, type, allowed values, its comment in the
+    source: the class's own or an ancestor's), under the source's section headers (`# ---- ...`)."""
+    described: dict[str, tuple[str, str]] = {}  # key: (type as written, comment)
+    order: list[str] = []  # the schema's own source: its headers (a leading space) and keys, in order
+    for cls in [c for c in reversed(schema.__mro__) if dataclasses.is_dataclass(c)]:
+        in_header = False
+        for line in inspect.getsource(cls).splitlines():
+            header = re.match(r"\s+# ---- (.*)", line)
+            more = re.match(r"\s+# (.*)", line)
+            field = re.match(r"\s+(\w+): ([^=]+?) = .*?(?:  # (.*))?$", line)
+            if header and cls is schema:
+                order.append(" " + header.group(1))
+            elif more and in_header:
+                order[-1] += " " + more.group(1)
+            elif field:
+                described[field.group(1)] = (field.group(2).strip(), field.group(3) or "")
+                if cls is schema:
+                    order.append(field.group(1))
+            in_header = bool(header or (more and in_header)) and cls is schema
+    keys = [f.name for f in dataclasses.fields(schema) if f.name in described]
+    order = [item for item in order if item.startswith(" ") or item in keys]
+    order += [key for key in keys if key not in order]  # inherited keys
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    lines = []
+    for item in order:
+        if item.startswith(" "):
+            lines += ["", f"  {item[1:]}"]
+            continue
+        f, (kind, comment) = fields[item], described[item]
+        meta = f.metadata
+        if meta.get("choices"):
+            kind += f" in {{{', '.join(meta['choices'])}}}"
+        elif meta.get("low") is not None:
+            low, high = "(" if meta.get("low_open") else "[", ")" if meta.get("high_open") else "]"
+            kind += f" in {low}{meta['low']}, {meta['high'] if meta.get('high') is not None else 'inf'}{high}"
+        lines.append(f"    --{f.name}={f.default!r}  ({kind})" + (f"  {comment}" if comment else ""))
+    return lines
+
+
+def help_text(argv: list[str], hyperparameters: typing.Mapping[str, type]) -> str:
+    """train.py --help: the usage, every loop key, the model presets and the optimizers; with an optimizer named
+    (--optimizer=NAME, or a config file that names one), that optimizer's own keys too."""
+    values: dict[str, typing.Any] = {}
+    for arg in argv:
+        if arg in HELP_FLAGS:
+            continue
+        if arg.startswith("--") and "=" in arg:
+            values.__setitem__(*_parse_override(arg))
+        elif not arg.startswith("-"):
+            values.update(read_config_file(arg))
+    optimizer = values.get("optimizer")
+    lines = ["usage: python train.py [CONFIG_FILE.py ...] [--key=value ...]   (torchrun ... train.py ... for DDP/FSDP)",
+             "", "Config files apply in order, then the overrides. The loop's keys (default, type, what it is):"]
+    lines += schema_help(TrainConfig)
+    lines += ["", "model presets (--model=NAME):"]
+    lines += [f"    {name}: " + ", ".join(f"{k}={v}" for k, v in preset.items()) for name, preset in PRESETS.items()]
+    lines += ["", "optimizers (--optimizer=NAME; add --help after it for its own keys): " + ", ".join(hyperparameters)]
+    if optimizer in hyperparameters:
+        lines += ["", f"{optimizer}'s own keys:"] + schema_help(hyperparameters[optimizer])
+    elif optimizer is not None:
+        lines += ["", f"(no optimizer {optimizer!r}: choose one of the above)"]
+    return "\n".join(lines)
 
 
 def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], base: dict[str, typing.Any] | None = None

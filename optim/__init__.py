@@ -114,6 +114,11 @@ def load_config(argv: list[str], base: dict[str, Any] | None = None) -> config.T
     return config.load_config(argv, HYPERPARAMETERS, base)
 
 
+def help_text(argv: list[str]) -> str:
+    """train.py --help (config.help_text with the registry's optimizers)."""
+    return config.help_text(argv, HYPERPARAMETERS)
+
+
 def build_optimizer(model: nn.Module, cfg: config.TrainConfig, device_type: str) -> torch.optim.Optimizer:
     """The optimizer named by cfg.optimizer, each param group's base_lr set to its initial lr."""
     loop = Loop(learning_rate=cfg.learning_rate, compiled=cfg.compile, device_type=device_type,

@@ -1,7 +1,12 @@
+import dataclasses
+import subprocess
+
 import pytest
 
 from config import ConfigError, TrainConfig
-from optim import load_config
+from conftest import PYTHON, REPO
+from model import PRESETS
+from optim import HYPERPARAMETERS, OPTIMIZERS, help_text, load_config
 
 
 def test_file_then_overrides(tmp_path):
@@ -94,3 +99,18 @@ def test_bad_optimizer_values_and_includes_are_named(tmp_path):
         load_config([str(tmp_path / "run.py")])
     with pytest.raises(ConfigError, match="'shampoo_beta' must be -1 \\(beta2\\) or in \\[0, 1\\)"):
         load_config(["--optimizer=soap", "--shampoo_beta=-0.5"])
+
+
+def test_train_help_lists_every_key_preset_and_optimizer():
+    """python train.py --help (and -h): the usage, every loop key of the schema, every model preset and every
+    optimizer of the registry; with an optimizer named (an override or a config file), its own keys, each with
+    its default and range. In step with the schema and the registry: read from them."""
+    proc = subprocess.run([PYTHON, "train.py", "-h", "config/gpt2_small_mars.py"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: python train.py"), proc.stderr
+    assert all(f"--{f.name}=" in proc.stdout for f in dataclasses.fields(TrainConfig) if f.name != "hyperparameters")
+    assert all(f"    {name}: " in proc.stdout for name in PRESETS) and all(name in proc.stdout for name in OPTIMIZERS)
+    assert "mars's own keys:" in proc.stdout and "--gamma=0.025  (float in [0.0, inf])" in proc.stdout
+    for name, schema in HYPERPARAMETERS.items():
+        text = help_text(["--help", f"--optimizer={name}"])
+        assert all(f"--{f.name}={f.default!r}  (" in text for f in dataclasses.fields(schema)), name
