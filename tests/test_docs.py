@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PYTHON, REPO
-from optim import HYPERPARAMETERS, load_config
-from config import ConfigError, TrainConfig
+from optim import HYPERPARAMETERS, help_text, load_config
+from config import HELP_FLAGS, ConfigError, TrainConfig
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -103,7 +103,7 @@ def refused_train_commands(page: Path) -> list[str]:
     """train.py and train.sbatch command lines in the page's code (blocks and inline spans; a block's lines
     continued with a backslash joined) that load_config refuses: an unknown key, another optimizer's key, a
     missing config file, an override not written --key=value. The arguments run to a comment or a shell
-    operator; a placeholder (<...>, $VAR, ...) skips the command."""
+    operator; a placeholder (<...>, $VAR, ...) skips the command; a --help line must print its help."""
     out = []
     for block, span in CODE.findall(page.read_text()):
         for line in (block or span).replace("\\\n", " ").splitlines():
@@ -113,8 +113,9 @@ def refused_train_commands(page: Path) -> list[str]:
             args = re.split(r"\s+(?:#|\||&&|;|>)", " " + match[1])[0].split()
             if any(c in arg for arg in args for c in "<$*[") or "..." in args or "…" in " ".join(args):
                 continue
+            args = [str(REPO / a) if a.endswith(".py") else a for a in args]
             try:
-                load_config([str(REPO / a) if a.endswith(".py") else a for a in args])
+                help_text(args) if any(a in HELP_FLAGS for a in args) else load_config(args)
             except (ConfigError, OSError) as e:
                 out.append(f"{page.name}: train.py {' '.join(args)}: {e}")
     return out
