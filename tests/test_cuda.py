@@ -287,10 +287,11 @@ def test_mars_exact_on_cuda_lowers_the_loss(tiny_dataset, tmp_path):
 
 
 @needs_cuda
-def test_hellaswag_in_the_loop_with_a_compiled_model(tiny_dataset, tmp_path, monkeypatch):
+@pytest.mark.parametrize("model", MODELS)
+def test_hellaswag_in_the_loop_with_a_compiled_model(model, tiny_dataset, tmp_path, monkeypatch):
     """tests/test_train.py's HellaSwag-in-the-loop run, on the GPU with the model compiled."""
     monkeypatch.setattr(test_train, "tiny_run_args", cuda_run_args)
-    test_train.test_hellaswag_in_the_loop(tiny_dataset, tmp_path)
+    test_train.test_hellaswag_in_the_loop(tiny_dataset, tmp_path, model)
 
 
 # ----------------------------------------------------------------------------- torchrun with NCCL

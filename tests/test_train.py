@@ -238,7 +238,8 @@ def test_other_groups_end_at_a_scaled_or_the_absolute_min_lr():
         assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.1, side_floor])
 
 
-def test_hellaswag_in_the_loop(tiny_dataset, tmp_path):
+@pytest.mark.parametrize("model", ["small", "llama-124m"])
+def test_hellaswag_in_the_loop(tiny_dataset, tmp_path, model):
     examples = [dict(ind=i, activity_label="Cooking", ctx_a="A man cracks an egg into a bowl.", ctx_b="he",
                      ctx="", endings=["whisks it.", "flies away [title] now.", "sings.", "eats the bowl."],
                      label=i % 4, split="val", source_id=f"x{i}") for i in range(6)]
@@ -246,7 +247,7 @@ def test_hellaswag_in_the_loop(tiny_dataset, tmp_path):
     path.write_text("".join(json.dumps(e) + "\n" for e in examples))
     out = str(tmp_path / "run")
     run_train(tiny_run_args(tiny_dataset, out, max_iters=4, vocab_size=50304, hellaswag_interval=2,  # (GPT-2 tokens)
-                            hellaswag_file=str(path), hellaswag_examples=5))
+                            hellaswag_file=str(path), hellaswag_examples=5, model=model))
     rows = read_metrics(out, "hellaswag")
     assert [r["step"] for r in rows] == [0, 2, 4] and all(r["count"] == 5 for r in rows)
     assert all(0.0 <= r["acc_norm"] <= 1.0 and r["acc"] * 5 == round(r["acc"] * 5) for r in rows)
