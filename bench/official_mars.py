@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5, help="steps of the numbers' comparison")
     parser.add_argument("--repeats", type=int, default=100, help="timed steps of each implementation")
     args = parser.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.folder, "mars_fused.py")):
+        print(f"error: {args.folder} has no mars_fused.py; give the MARS/optimizers folder of a checkout of "
+              "github.com/AGI-Arena/MARS", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("bench.official_mars: the official fused MARS needs a CUDA device; none here")
         return 0

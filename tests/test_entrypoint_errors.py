@@ -122,6 +122,9 @@ CASES: dict[str, Callable[[Path], Case]] = {
     "hellaswag_bad_batch_size": lambda d: dataclasses.replace(
         hellaswag(d, jsonl(d / "hs.jsonl", [HELLASWAG_ROW]), "--batch_size", "0"), expect=["--batch_size"]),
 
+    "official_mars_missing_checkout": lambda d: Case(["-m", "bench.official_mars", str(d / "MARS")],
+                                                     [str(d / "MARS"), "has no mars_fused.py"]),
+
     "sample_missing_checkpoint": lambda d: Case(["sample.py", "--checkpoint", str(d / "missing.pt")],
                                                 [str(d / "missing.pt")]),
     "sample_text_file_as_checkpoint": lambda d: Case(
