@@ -29,7 +29,7 @@ import torch.nn as nn
 from optim.adamw import decay_routing
 from optim.contract import GroupState, Hyperparameters, Loop, beta, setting
 from optim.routing import weight_decay_groups
-from optim.rules import GroupwiseOptimizer
+from optim.rules import GroupwiseOptimizer, moment_buffers
 from optim.sharding import local
 
 
@@ -60,7 +60,7 @@ class ADOPT(GroupState, GroupwiseOptimizer):
         group["step"] = k + 1
         beta1, beta2 = group["betas"]
         lr, weight_decay = group["lr"], group["weight_decay"]
-        states = [self._state(p) for p in params]
+        states = [moment_buffers(self.state[p], p) for p in params]
         params, grads = local(params), local([p.grad for p in params])
         exp_avgs, exp_avg_sqs = local([s["exp_avg"] for s in states]), local([s["exp_avg_sq"] for s in states])
         if weight_decay and not group["decoupled"]:
@@ -81,13 +81,6 @@ class ADOPT(GroupState, GroupwiseOptimizer):
         torch._foreach_add_(params, exp_avgs, alpha=-lr)
         torch._foreach_mul_(exp_avg_sqs, beta2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
-
-    def _state(self, p: torch.Tensor) -> dict:
-        state = self.state[p]
-        if not state:
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return state
 
 
 def build_adopt(model: nn.Module, hp: ADOPTHyperparameters, loop: Loop) -> ADOPT:

@@ -28,7 +28,7 @@ import torch.nn as nn
 from optim.adamw import decay_routing
 from optim.contract import GroupState, Hyperparameters, Loop, beta, setting
 from optim.routing import weight_decay_groups
-from optim.rules import GroupwiseOptimizer
+from optim.rules import GroupwiseOptimizer, moment_buffers
 from optim.sharding import local, shard_group
 
 KEPT_FLOOR = 1e-3  # C-Optim's clamp of the kept fraction: at most a 1000x rescale
@@ -58,7 +58,7 @@ class CautiousAdamW(GroupState, GroupwiseOptimizer):
     def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
         group["step"] = t = group.get("step", 0) + 1
         beta1, beta2 = group["betas"]
-        states = [self._state(p) for p in params]
+        states = [moment_buffers(self.state[p], p) for p in params]
         sizes = [p.numel() for p in params]  # (whole tensors', also when sharded)
         shards = shard_group(params)
         params, grads = local(params), local([p.grad for p in params])
@@ -82,13 +82,6 @@ class CautiousAdamW(GroupState, GroupwiseOptimizer):
         torch._foreach_add_(denominators, group["eps"])
         torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
         torch._foreach_addcdiv_(params, masks, denominators, value=-group["lr"] / (1.0 - beta1**t))
-
-    def _state(self, p: torch.Tensor) -> dict:
-        state = self.state[p]
-        if not state:
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return state
 
 
 def build_cautious_adamw(model: nn.Module, hp: CautiousAdamWHyperparameters, loop: Loop) -> CautiousAdamW:

@@ -36,7 +36,7 @@ import torch.nn as nn
 from optim.adamw import decay_routing
 from optim.contract import GroupState, Hyperparameters, Loop, beta, setting
 from optim.routing import weight_decay_groups
-from optim.rules import GroupwiseOptimizer
+from optim.rules import GroupwiseOptimizer, moment_buffers
 from optim.sharding import local
 from errors import InputError
 
@@ -70,7 +70,7 @@ class NAdamW(GroupState, GroupwiseOptimizer):
     def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
         group["step"] = t = group.get("step", 0) + 1
         beta1, beta2 = group["betas"]
-        states = [self._state(p) for p in params]
+        states = [moment_buffers(self.state[p], p) for p in params]
         params, grads = local(params), local([p.grad for p in params])
         exp_avgs, exp_avg_sqs = local([s["exp_avg"] for s in states]), local([s["exp_avg_sq"] for s in states])
         torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
@@ -84,13 +84,6 @@ class NAdamW(GroupState, GroupwiseOptimizer):
         step_size = group["lr"] / (1.0 - beta1**t)
         torch._foreach_addcdiv_(params, exp_avgs, denominators, value=-step_size * beta1)
         torch._foreach_addcdiv_(params, grads, denominators, value=-step_size * (1.0 - beta1))
-
-    def _state(self, p: torch.Tensor) -> dict:
-        state = self.state[p]
-        if not state:
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return state
 
     def load_state_dict(self, state_dict: dict) -> None:
         # A checkpoint of torch's NAdam (Dozat's schedule, before `nadamw` became AlgoPerf's) has the same

@@ -297,6 +297,14 @@ def adam_state(state: dict, p: torch.Tensor, second_moment: bool, amsgrad: bool)
     return state
 
 
+def moment_buffers(state: dict, p: torch.Tensor) -> dict:
+    """exp_avg and exp_avg_sq, created on first use, for the rules whose step count is their group's."""
+    if not state:
+        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    return state
+
+
 # The AdamW variants adamw_update runs: torch's arithmetic, and the official repositories' own.
 ADAMW_VARIANTS = (
     "torch",  # torch.optim.AdamW, and MARS's AdamW for 1-D parameters
