@@ -31,6 +31,7 @@ A checkpoint is a dict (torch.save, loadable with weights_only=True):
   checksums                       {"model/lm_head.weight": sha256 hex, "optimizer/state/0/exp_avg": ...}
 """
 
+import errno
 import glob
 import hashlib
 import json
@@ -122,15 +123,24 @@ def verify_records(ckpt: dict, prefix: str = "") -> str | None:
     return None
 
 
+def _short_write(e: BaseException) -> OSError | None:
+    """The full disk behind torch's zip writer's "unexpected pos" RuntimeError (the file took fewer bytes
+    than were written), for when the OSError that caused it is not at hand."""
+    if isinstance(e, RuntimeError) and "unexpected pos" in str(e):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return None
+
+
 def _save(obj: Any, f: IO[bytes]) -> None:
     """torch.save(obj, f), a failed write raising its OSError (a full disk) rather than torch's RuntimeError."""
     writer = _ErrorKeepingWriter(f)
     try:
         torch.save(obj, writer)
     except RuntimeError as e:
-        if writer.error is None:
+        error = writer.error or _short_write(e)
+        if error is None:
             raise
-        raise writer.error from e
+        raise error from e
 
 
 def save_checkpoint(out_dir: str, state: dict, keep: int, best: bool = False, keep_best: bool = False) -> str:
@@ -561,13 +571,17 @@ def _first_line(e: BaseException) -> str:
 def _dcp_failure(e: BaseException) -> str:
     """Why a DCP call failed, for a message: ' (No space left on device); free disk space ...' for the
     first rank's OSError, else ': <its first line>'. DCP raises a CheckpointException (a BaseException)
-    that carries each failed rank's exception; a write that failed inside torch's zip writer is a
-    RuntimeError ("unexpected pos ...") with the file's OSError as its context."""
+    that carries each failed rank's exception. A write that failed inside torch's zip writer is a
+    RuntimeError ("unexpected pos ...") with the file's OSError down its chain; another rank's exception
+    reaches this rank pickled, which drops the chain, so the RuntimeError alone is named as a full disk too."""
     causes = [cause for cause, _ in e.failures.values()] if isinstance(e, CheckpointException) else [e]
     for cause in causes:
-        for link in (cause, cause.__cause__, cause.__context__):
-            if isinstance(link, OSError):
-                return " " + write_failure(link)
+        link = cause
+        while link is not None and not isinstance(link, OSError):
+            link = link.__cause__ or link.__context__
+        error = link or _short_write(cause)
+        if error is not None:
+            return " " + write_failure(error)
     return ": " + _first_line(causes[0])
 
 

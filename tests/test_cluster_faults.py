@@ -16,6 +16,7 @@ import fcntl
 import glob
 import json
 import os
+import pickle
 import platform
 import re
 import shutil
@@ -31,7 +32,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from checkpoint import CheckpointError, ShardedCheckpoints, load_latest, step_path
+from checkpoint import CheckpointError, ShardedCheckpoints, _dcp_failure, load_latest, step_path
 from conftest import PYTHON, REPO, run_train, tiny_run_args
 from model import GPT, GPTConfig
 from runlog import OWNER
@@ -405,6 +406,11 @@ def test_a_full_disk_inside_torchs_zip_writer_during_a_sharded_save_is_named(tmp
             dcp.save(model.state_dict(), storage_writer=dcp.FileSystemWriter(os.path.join(disk, "raw")))
         (cause, _), = raw.value.failures.values()
         assert isinstance(cause, RuntimeError) and isinstance(cause.__context__, OSError), repr(cause)
+        # Another rank's failure reaches rank 0 pickled by DCP's gather, which drops the OSError behind it.
+        from_another_rank = pickle.loads(pickle.dumps(cause))
+        assert from_another_rank.__context__ is None
+        named_there = _dcp_failure(CheckpointException("save", {1: (from_another_rank, None)}))
+        assert named_there.startswith(" (No space left on device); free disk space"), named_there
         shutil.rmtree(os.path.join(disk, "raw"))
         out = os.path.join(disk, "run")
         os.makedirs(out)
