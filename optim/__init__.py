@@ -29,6 +29,7 @@ from optim.mars_m import MARSM, MARSMHyperparameters, build_mars_m
 from optim.moonlight import Moonlight, MoonlightHyperparameters, build_moonlight
 from optim.muon import Muon, MuonHyperparameters, build_muon
 from optim.nadamw import NAdamWHyperparameters, build_nadamw
+from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
 from optim.signum import SignumHyperparameters, build_signum
 from optim.soap import SOAPHyperparameters, build_soap
@@ -101,6 +102,10 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("cautious-adamw", CautiousAdamWHyperparameters, build_cautious_adamw,
                       {"cautious_adamw": MiniRecipe("config/mini_cautious_adamw.py", (1e-3, 2e-3, 4e-3, 8e-3),
                                                     ("warmup_iters", "beta1", "beta2"))}),
+        # Prodigy's learning_rate multiplies the step size it estimates: 1 is its authors' and the benchmark's.
+        OptimizerSpec("prodigy", ProdigyHyperparameters, build_prodigy,
+                      {"prodigy": MiniRecipe("config/mini_prodigy.py", (0.25, 0.5, 1.0, 2.0),
+                                             ("warmup_iters", "prodigy_d_coef"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
                       {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                          ("warmup_iters", "beta2", "precondition_frequency"))}),

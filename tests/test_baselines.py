@@ -7,7 +7,8 @@ kyleliang919/C-Optim at 2c0517c (c_adamw.py), google/automl lion/lion_pytorch.py
 NAdamW (mlcommons/algorithmic-efficiency, algorithms/baselines/external_tuning/
 pytorch_nadamw_full_budget.py), apple/ml-ademamix pytorch/ademamix.py,
 facebookresearch/schedule_free's AdamWScheduleFree (the `schedulefree` package we depend on, checked
-against its algorithm restated here) and nikhilvyas/SOAP soap.py. Each float32
+against its algorithm restated here), nikhilvyas/SOAP soap.py and konstmish/prodigy (the `prodigyopt` package,
+called directly). Each float32
 trajectory must land on the float64 one to float32 rounding; and the registry's contract (the
 capabilities each optimizer declares) is checked for every entry.
 """
@@ -414,17 +415,63 @@ def test_soap_matches_its_authors_reference():
         assert error < 1e-9, f"soap: {n} relative error {error:.1e}"
 
 
-def test_nadamw_steps_without_reading_a_tensor_on_the_host():
+# Prodigy (konstmish/prodigy) through its authors' package, prodigyopt 1.1.2 (prodigyopt/prodigy.py), on the
+# same decay groups: its defaults, the benchmark's bias correction, and coupled decay with the safeguarded warmup.
+# d0 1e-4 and gradients that pull the weights toward a target make d grow 39-489x in the 30 steps.
+PRODIGY_SETTINGS = [pytest.param({}, marks=QUICK), dict(prodigy_bias_correction=True),
+                    dict(prodigy_decouple=False, prodigy_safeguard_warmup=True, prodigy_d_coef=0.5)]
+
+
+@pytest.mark.parametrize("settings", PRODIGY_SETTINGS)
+def test_prodigy_matches_its_authors_package(settings):
+    """In float64 both, to float64 rounding; ours in float32 within 1e-4 of it, as the reference's own float32
+    is: d's numerator sums <g, p0 - p>, whose difference of nearby weights cancels in float32."""
+    prodigyopt = pytest.importorskip("prodigyopt")
+    cfg = tiny_config(optimizer="prodigy", learning_rate=1.0, weight_decay=0.1, prodigy_d0=1e-4,
+                      decay_embeddings=False, **settings)
+    hp = cfg.hyperparameters
+    for dtype, tolerance in ((torch.float64, 1e-12), (torch.float32, 1e-4)):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**TINY)).to(dtype)
+        theirs = GPT(GPTConfig(**TINY)).double()
+        theirs.load_state_dict(model.state_dict())
+        targets = [torch.randn_like(p) * 0.05 for p in theirs.parameters()]
+        ours = build_optimizer(model, cfg, "cpu")
+        reference = prodigyopt.Prodigy(
+            weight_decay_groups(theirs, decay_routing("prodigy", False), hp.weight_decay), lr=1.0,
+            betas=(hp.beta1, hp.beta2), eps=hp.eps, decouple=hp.prodigy_decouple,
+            use_bias_correction=hp.prodigy_bias_correction, safeguard_warmup=hp.prodigy_safeguard_warmup,
+            d0=hp.prodigy_d0, d_coef=hp.prodigy_d_coef)
+        for step in range(30):
+            for optimizer in (ours, reference):
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_multiplier(step)
+            noise = gradients(model, seed=step)
+            for p, q, target, n in zip(model.parameters(), theirs.parameters(), targets, noise):
+                q.grad = 0.5 * (q.detach() - target) + n
+                p.grad = q.grad.to(dtype, copy=True)  # (the coupled decay adds to a gradient in place)
+            ours.step()
+            reference.step()
+        assert ours.param_groups[0]["d"].item() > 30 * hp.prodigy_d0
+        assert ours.param_groups[0]["d"].item() == pytest.approx(reference.param_groups[0]["d"], rel=tolerance)
+        for (n, p), q in zip(model.named_parameters(), theirs.parameters()):
+            error = ((p.detach().double() - q).norm() / q.norm()).item()
+            assert error < tolerance, f"prodigy {dtype}: {n} relative error {error:.1e}"
+
+
+@pytest.mark.parametrize("name", ["nadamw", "prodigy"])
+def test_a_step_reads_no_tensor_on_the_host(name):
     """On the meta device a tensor has no value to read: a step that synced with the host (.item(), a
-    tensor in an if) would fail there, as it would stall a GPU."""
+    tensor in an if) would fail there, as it would stall a GPU. Prodigy's one step size over the whole model
+    stays a tensor (its reference reads each parameter's dot product with .item())."""
     with torch.device("meta"):
         model = GPT(GPTConfig(**TINY))
-    optimizer = build_optimizer(model, tiny_config(optimizer="nadamw"), "cpu")
+    optimizer = build_optimizer(model, tiny_config(optimizer=name), "cpu")
     for step in range(2):
         for p in model.parameters():
             p.grad = torch.empty_like(p)
         optimizer.step()
-    assert optimizer.param_groups[0]["step"] == 2
+    assert optimizer.param_groups[0]["step" if name == "nadamw" else "k"] == 2
     assert all(s["exp_avg"].device.type == "meta" for s in optimizer.state.values())
 
 

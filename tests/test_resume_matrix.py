@@ -58,8 +58,10 @@ MICRO_BATCH = {1: 4, 2: 4, 4: 2}
 # Cautious AdamW runs without biases: the attention's key bias has a gradient of rounding noise (conftest.
 # without_key_bias), whose sign, and so its mask, differs between world sizes, and the mask's mean rescales the
 # whole bias tensor's update (its queries' and values' too), by O(1) at another world size.
+# Prodigy starts from a first step size of 1e-3, not 1e-6, so that its four steps move the weights (and a d
+# estimated from one rank's blocks alone would move them elsewhere).
 EXTRA_ARGS = {"soap": ["--precondition_frequency=2", "--max_precond_dim=40", "--eps=1e-4"],
-              "cautious-adamw": ["--bias=False"]}
+              "cautious-adamw": ["--bias=False"], "prodigy": ["--prodigy_d0=1e-5", "--prodigy_d_coef=100"]}
 # Settings that only move parameters between two param groups of one rule: no state of their own to lose.
 GROUPING_ONLY = {"decay_embeddings"}
 
@@ -112,7 +114,10 @@ def state_variants() -> dict[str, list[str]]:
     return variants
 
 
-VARIANTS = state_variants()
+# RESUME_MATRIX_ONLY=prodigy,mars_exact runs those mini recipes' variants alone (while working on one; CI runs all).
+ONLY = [name for name in os.environ.get("RESUME_MATRIX_ONLY", "").split(",") if name]
+VARIANTS = {v: args for v, args in state_variants().items()
+            if not ONLY or v.split("+")[0].removesuffix(LLAMA) in ONLY}
 
 
 def run_args(variant: str, data_dir: str, out_dir: str, world_size: int, data_parallel: str = "fsdp",
