@@ -87,28 +87,32 @@ class LinearCrossEntropy(torch.autograd.Function):
     and weight, made CROSS_ENTROPY_CHUNK_ROWS rows of x at a time in the forward pass (Liger-Kernel's fused
     linear cross-entropy): the logits exist a chunk at a time, instead of the whole (tokens x vocabulary) array
     materialised, upcast, zero-filled for its gradient and read again. The products run in the autocast dtype
-    when autocast is on (as lm_head's would), the softmax in fp32."""
+    when autocast is on (as lm_head's would), the softmax in fp32. With label_uniforms instead of targets, each
+    row's label is drawn from its own softmax (sampled_labels)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor | None,
+                label_uniforms: torch.Tensor | None = None) -> torch.Tensor:
         device_type = x.device.type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
         with torch.autocast(device_type, enabled=False):
             w = weight.to(dtype)
-            valid = targets != -1
+            valid = targets != -1 if targets is not None else torch.ones(x.size(0), dtype=torch.bool, device=x.device)
             count = valid.sum().clamp(min=1).float()
             loss = torch.zeros((), dtype=torch.float32, device=x.device)
             grad_x = torch.empty_like(x)
             grad_w = torch.zeros_like(weight, dtype=torch.float32)
             for start in range(0, x.size(0), CROSS_ENTROPY_CHUNK_ROWS):
                 rows = slice(start, start + CROSS_ENTROPY_CHUNK_ROWS)
-                x_chunk, target, keep = x[rows].to(dtype), targets[rows].clamp(min=0), valid[rows]
+                x_chunk, keep = x[rows].to(dtype), valid[rows]
                 logits = (x_chunk @ w.t()).float()
                 logsumexp = torch.logsumexp(logits, dim=-1)
-                target_logit = logits.gather(1, target[:, None]).squeeze(1)
-                loss += torch.where(keep, logsumexp - target_logit, 0.0).sum()
                 # d(the chunk's summed loss)/d logits: softmax - one_hot(target), 0 on ignored rows
                 grad_logits = torch.exp(logits - logsumexp[:, None])
+                target = (targets[rows].clamp(min=0) if label_uniforms is None
+                          else sampled_labels(grad_logits, label_uniforms[rows]))
+                target_logit = logits.gather(1, target[:, None]).squeeze(1)
+                loss += torch.where(keep, logsumexp - target_logit, 0.0).sum()
                 grad_logits.scatter_add_(1, target[:, None], torch.full_like(target_logit, -1.0)[:, None])
                 grad_logits = torch.where(keep[:, None], grad_logits, 0.0).to(dtype)
                 grad_x[rows] = grad_logits @ w
@@ -118,10 +122,18 @@ class LinearCrossEntropy(torch.autograd.Function):
         return loss / count
 
     @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+    def backward(ctx, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
         grad_x, grad_w, count = ctx.saved_tensors
         scale = grad_loss / count
-        return grad_x * scale.to(grad_x.dtype), (grad_w * scale).to(ctx.weight_dtype), None
+        return grad_x * scale.to(grad_x.dtype), (grad_w * scale).to(ctx.weight_dtype), None, None
+
+
+def sampled_labels(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """A label per row of probs (rows x vocabulary, each summing to 1) drawn from that row at its uniform in
+    [0, 1), by inverse CDF: the first label whose cumulative probability exceeds it (the last, past rounding)."""
+    cumulative = probs.cumsum(-1)
+    labels = torch.searchsorted(cumulative, uniforms[:, None].to(cumulative.dtype), right=True).squeeze(1)
+    return labels.clamp_max(probs.size(-1) - 1)
 
 
 def rotary_tables(config: GPTConfig, length: int, device: torch.device) -> torch.Tensor:
@@ -295,12 +307,15 @@ class GPT(nn.Module):
         return n
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None, all_logits: bool = False
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, all_logits: bool = False,
+        label_uniforms: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits and the mean cross-entropy against targets. Without targets
         only the last position's logits are computed (for generation), unless
         all_logits asks for every position's (for scoring continuations). With
-        fused_cross_entropy, a training forward (gradients on) returns the loss alone."""
+        fused_cross_entropy, a training forward (gradients on) returns the loss alone.
+        label_uniforms (B x T, in [0, 1)) instead of targets: the loss against labels drawn from the model's own
+        next-token distribution at those numbers (Sophia's Hessian estimate: optim/sophia.py)."""
         b, t = idx.size()
         if t > self.config.block_size:
             raise ValueError(f"sequence of length {t} is longer than block_size {self.config.block_size}")
@@ -311,12 +326,17 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
-        if targets is None:
+        if targets is None and label_uniforms is None:
             return self.lm_head(x if all_logits else x[:, [-1], :]), None
+        uniforms = label_uniforms.reshape(-1) if label_uniforms is not None else None
         if self.fused_cross_entropy and torch.is_grad_enabled():  # training: the loss alone
-            return None, LinearCrossEntropy.apply(x.reshape(b * t, -1), self.lm_head.weight, targets.reshape(-1))
+            flat_targets = targets.reshape(-1) if targets is not None else None
+            return None, LinearCrossEntropy.apply(x.reshape(b * t, -1), self.lm_head.weight, flat_targets, uniforms)
         logits = self.lm_head(x)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        flat_logits = logits.view(-1, logits.size(-1)).float()
+        if uniforms is not None:
+            targets = sampled_labels(flat_logits.detach().softmax(-1), uniforms)
+        loss = F.cross_entropy(flat_logits, targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def flops_per_token(self) -> int:

@@ -42,7 +42,9 @@ from data.shards import ShardError
 from errors import InputError, exit_on_input_error
 from model import GPT, GPTConfig
 from optim import build_optimizer, help_text, load_config
-from optim.contract import EvaluationWeights, VarianceReduction, evaluation_weights, needs_second_gradient
+from optim.contract import (
+    EvaluationWeights, VarianceReduction, evaluation_weights, needs_hessian_estimate, needs_second_gradient,
+)
 from optim.diagnostics import update_and_weight_rms, weights_before_step
 from optim.routing import parameter_kinds
 from optim.schedule import set_learning_rates
@@ -173,20 +175,25 @@ class StepContext:
     rt: Runtime
     autocast: ContextManager
 
-    def forward_backward(self, batch_step: int) -> torch.Tensor:
+    def forward_backward(self, batch_step: int, sampled_labels: bool = False) -> torch.Tensor:
         """grad_multiplier x the mean gradient of the global batch of batch_step, in p.grad (DDP averages
-        over ranks, on the last micro-step only); returns the batch's mean loss (on device)."""
+        over ranks, on the last micro-step only); returns the batch's mean loss (on device). With
+        sampled_labels, the loss is against labels drawn from the model's own predictions instead of the
+        batch's next tokens (Sophia's Hessian estimate: TrainBatches.label_uniforms)."""
         cfg, rt = self.cfg, self.rt
         grad_accum = cfg.grad_accum_steps(rt.world_size)
         loss_total = torch.zeros((), device=rt.device)
         for micro_step in range(grad_accum):
             x, y = self.batches.micro_batch(batch_step, micro_step, cfg.micro_batch_size, rt.rank, rt.world_size)
+            labels = (dict(label_uniforms=self.batches.label_uniforms(
+                batch_step, micro_step, cfg.micro_batch_size, rt.rank, rt.world_size, rt.device))
+                      if sampled_labels else dict(targets=to_device(y, rt.device)))
             last_micro_step = micro_step == grad_accum - 1
             with gradient_sync(self.model, last_micro_step):
                 with self.autocast:
                     # only the loss is bound: the logits (B x T x vocab) go when the forward ends, not after
                     # the backward (the loss's graph keeps what its backward needs)
-                    loss = self.model(to_device(x, rt.device), to_device(y, rt.device))[1]
+                    loss = self.model(to_device(x, rt.device), **labels)[1]
                     loss = loss / (grad_accum / cfg.grad_multiplier)
                 self.scaler.scale(loss).backward()
             loss_total += loss.detach()
@@ -220,6 +227,15 @@ class StepContext:
         optimizer.zero_grad(set_to_none=True)
         if weights_before is not None:
             diagnostics |= update_and_weight_rms(diagnosed_kinds, weights_before)
+        if needs_hessian_estimate(optimizer, step):  # Sophia: the gradient on labels the model draws itself
+            self.forward_backward(step, sampled_labels=True)
+            if optimizer.clip_hessian_gradient:  # (the authors' loop clips it as the step's gradient)
+                self.clip_gradients()
+            else:
+                scaler.unscale_(optimizer)
+            optimizer.update_hessian()
+            optimizer.zero_grad(set_to_none=True)
+            scaler.update()
         return loss, grad_norm, diagnostics
 
 

@@ -93,12 +93,29 @@ class TrainBatches:
         rng = np.random.default_rng([self.seed, step])
         return rng.integers(0, self.windows.num_windows, size=self.sequences_per_step)
 
+    def first_row(self, micro_step: int, micro_batch_size: int, rank: int, world_size: int) -> int:
+        """Where a rank's micro-batch starts in its step's global batch."""
+        return rank * (self.sequences_per_step // world_size) + micro_step * micro_batch_size
+
     def micro_batch(
         self, step: int, micro_step: int, micro_batch_size: int, rank: int, world_size: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        per_rank = self.sequences_per_step // world_size
-        first = rank * per_rank + micro_step * micro_batch_size
+        first = self.first_row(micro_step, micro_batch_size, rank, world_size)
         return self.windows.gather(self.step_window_ids(step)[first : first + micro_batch_size])
+
+    def label_uniforms(self, step: int, micro_step: int, micro_batch_size: int, rank: int, world_size: int,
+                       device: torch.device) -> torch.Tensor:
+        """A number in [0, 1) per position of a micro-batch (micro_batch_size x block_size), at which the model's
+        own next-token distribution is sampled (Sophia's Hessian estimate). Each row's numbers are a function of
+        (seed, step, the row's place in the global batch) alone, drawn on the device: any split of the batch over
+        ranks and micro-steps samples the same labels, and a resumed run the labels it would have."""
+        first = self.first_row(micro_step, micro_batch_size, rank, world_size)
+        generator = torch.Generator(device=device)
+        rows = []
+        for row in range(first, first + micro_batch_size):
+            generator.manual_seed(int(np.random.SeedSequence([self.seed, step, row]).generate_state(1)[0]))
+            rows.append(torch.rand(self.windows.block_size, generator=generator, device=device))
+        return torch.stack(rows)
 
 
 def validation_window_ids(windows: TokenWindows, count: int) -> np.ndarray:

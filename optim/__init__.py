@@ -33,6 +33,7 @@ from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
 from optim.signum import SignumHyperparameters, build_signum
 from optim.soap import SOAPHyperparameters, build_soap
+from optim.sophia import SophiaHyperparameters, build_sophia
 
 __all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", "build_optimizer", "load_config"]
 
@@ -106,6 +107,9 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("prodigy", ProdigyHyperparameters, build_prodigy,
                       {"prodigy": MiniRecipe("config/mini_prodigy.py", (0.25, 0.5, 1.0, 2.0),
                                              ("warmup_iters", "prodigy_d_coef"))}),
+        OptimizerSpec("sophia", SophiaHyperparameters, build_sophia,
+                      {"sophia": MiniRecipe("config/mini_sophia.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3),
+                                            ("warmup_iters", "sophia_rho"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
                       {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                          ("warmup_iters", "beta2", "precondition_frequency"))}),
@@ -127,7 +131,7 @@ def help_text(argv: list[str]) -> str:
 def build_optimizer(model: nn.Module, cfg: config.TrainConfig, device_type: str) -> torch.optim.Optimizer:
     """The optimizer named by cfg.optimizer, each param group's base_lr set to its initial lr."""
     loop = Loop(learning_rate=cfg.learning_rate, compiled=cfg.compile, device_type=device_type,
-                total_iters=cfg.total_iters())
+                total_iters=cfg.total_iters(), tokens_per_step=cfg.total_batch_size)
     optimizer = OPTIMIZERS[cfg.optimizer].build(model, cfg.hyperparameters, loop)
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]
@@ -146,7 +150,7 @@ def display_name(cfg: dict) -> str:
     return hyperparameters_of(cfg).display_name()
 
 
-def gradients_per_step(cfg: dict) -> int:
+def gradients_per_step(cfg: dict) -> float:
     """Forward-backward passes over the batch per step of a run, from its config.json's config."""
     return hyperparameters_of(cfg).gradients_per_step()
 

@@ -12,6 +12,8 @@ checks them with isinstance, never by looking for attributes:
   - SecondGradient: before step t, the (clipped) gradient at the current weights on the batch of
     step t+1, given with stash_grad_for_next_step() (MARS-exact, MARS-M-exact);
   - VarianceReduction: variance_reduction_stats() of the gradients a step is about to use;
+  - HessianEstimate: every hessian_interval steps, after the step, the gradient on labels sampled from
+    the model itself, for update_hessian() (Sophia);
   - EvaluationWeights: the weights to evaluate and save differ from those gradients are taken at
     (Schedule-Free): eval_weights() swaps to them, train_weights() back;
   - GroupState: it keeps run state (step counts, averages) in its param groups, which a resume
@@ -82,8 +84,9 @@ class Hyperparameters:
         """Whether each step also takes the gradient at the current weights on the next batch."""
         return False
 
-    def gradients_per_step(self) -> int:
-        """Forward-backward passes over the batch per optimizer step."""
+    def gradients_per_step(self) -> float:
+        """Forward-backward passes over the batch per optimizer step (on average: Sophia's Hessian estimate
+        takes one every few steps)."""
         return 2 if self.second_gradient() else 1
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,6 +101,7 @@ class Loop:
     compiled: bool  # run element-wise rules as torch.compile'd kernels
     device_type: str
     total_iters: int  # the run's length in optimizer steps
+    tokens_per_step: int  # the global batch, in tokens
 
 
 class SecondGradient(abc.ABC):
@@ -114,6 +118,20 @@ class VarianceReduction(abc.ABC):
     @abc.abstractmethod
     def variance_reduction_stats(self) -> dict[str, torch.Tensor]:
         """optim.diagnostics.variance_reduction_stats of the gradients the step is about to use."""
+
+
+class HessianEstimate(abc.ABC):
+    """An optimizer that keeps a Hessian estimate (Sophia's Gauss-Newton-Bartlett): after every step t with
+    t + 1 a multiple of hessian_interval, the loop leaves in p.grad the (clipped) gradient of the loss on labels
+    drawn from the model's own next-token distribution, over that step's global batch, and calls
+    update_hessian()."""
+
+    hessian_interval: int
+    clip_hessian_gradient: bool  # clip that gradient at grad_clip, as the step's own
+
+    @abc.abstractmethod
+    def update_hessian(self) -> None:
+        """Fold p.grad (the sampled labels' gradient) into the Hessian estimate."""
 
 
 class EvaluationWeights(abc.ABC):
@@ -147,6 +165,11 @@ def evaluation_weights(optimizer: torch.optim.Optimizer) -> Iterator[None]:
 
 def needs_second_gradient(optimizer: torch.optim.Optimizer) -> bool:
     return isinstance(optimizer, SecondGradient) and optimizer.needs_grad_on_next_batch
+
+
+def needs_hessian_estimate(optimizer: torch.optim.Optimizer, step: int) -> bool:
+    """Whether the loop takes the Hessian estimate's gradient after step `step` (counted from 0)."""
+    return isinstance(optimizer, HessianEstimate) and (step + 1) % optimizer.hessian_interval == 0
 
 
 Builder = Callable[[torch.nn.Module, Hyperparameters, Loop], torch.optim.Optimizer]

@@ -336,7 +336,12 @@ def test_fsdp_gathers_bf16_weights_onto_fp32_master_weights_and_gradients(monkey
 SHARDED_RESUME_RECIPES = {"mars_exact": ["config/mini_mars.py", "--is_approx=False"],
                           "mars_m_exact": ["config/mini_mars_m.py", "--is_approx=False"],
                           "schedule_free_adamw": ["config/mini_schedule_free_adamw.py"],
-                          "mars_exact@llama": ["config/mini_mars.py", "--is_approx=False", "--model=llama-124m"]}
+                          "mars_exact@llama": ["config/mini_mars.py", "--is_approx=False", "--model=llama-124m"],
+                          # Prodigy's one step size over the shards; Sophia's Hessian pass (labels drawn in the
+                          # compiled fused cross-entropy) every other step
+                          "prodigy": ["config/mini_prodigy.py", "--prodigy_d0=1e-5", "--prodigy_d_coef=100"],
+                          "sophia": ["config/mini_sophia.py", "--sophia_hessian_interval=2",
+                                     "--fused_cross_entropy=True"]}
 
 
 @needs_cuda
