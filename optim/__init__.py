@@ -19,6 +19,7 @@ import torch.nn as nn
 
 import config
 from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
+from optim.adam_mini import AdamMiniHyperparameters, build_adam_mini
 from optim.adamw import AdamWHyperparameters, build_adamw
 from optim.adopt import ADOPTHyperparameters, build_adopt
 from optim.cautious_adamw import CautiousAdamWHyperparameters, build_cautious_adamw
@@ -110,6 +111,9 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("sophia", SophiaHyperparameters, build_sophia,
                       {"sophia": MiniRecipe("config/mini_sophia.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3),
                                             ("warmup_iters", "sophia_rho"))}),
+        OptimizerSpec("adam-mini", AdamMiniHyperparameters, build_adam_mini,
+                      {"adam_mini": MiniRecipe("config/mini_adam_mini.py", (1e-3, 2e-3, 4e-3, 8e-3),
+                                               ("warmup_iters", "beta2"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
                       {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                          ("warmup_iters", "beta2", "precondition_frequency"))}),

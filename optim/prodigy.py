@@ -35,6 +35,7 @@ import torch.nn as nn
 from optim.adamw import decay_routing
 from optim.contract import GroupState, Hyperparameters, Loop, beta, positive, setting
 from optim.routing import weight_decay_groups
+from optim.rules import ListwiseOptimizer
 from optim.sharding import local, shard_group
 
 Tensors = list[torch.Tensor]
@@ -60,7 +61,7 @@ class ProdigyHyperparameters(Hyperparameters):
         return "Prodigy"
 
 
-class Prodigy(GroupState, torch.optim.Optimizer):
+class Prodigy(GroupState, ListwiseOptimizer):
     group_state_keys = ("k", "d", "d_max", "d_numerator")
 
     def __init__(self, params: Iterable, lr: float = 1.0, betas: tuple[float, float] = (0.9, 0.999),
@@ -83,16 +84,7 @@ class Prodigy(GroupState, torch.optim.Optimizer):
                 state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        groups = [(g, [p for p in g["params"] if p.grad is not None]) for g in self.param_groups]
-        groups = [(g, params) for g, params in groups if params]
-        if not groups:
-            return loss
+    def update_groups(self, groups: list[tuple[dict, list[torch.Tensor]]]) -> None:
         first = groups[0][0]
         device, dtype = groups[0][1][0].device, groups[0][1][0].dtype  # (the step's scalars in the parameters' dtype)
         beta1, beta2 = first["betas"]
@@ -147,7 +139,6 @@ class Prodigy(GroupState, torch.optim.Optimizer):
             torch._foreach_add_(ps, updates)
         for group in self.param_groups:  # one d for every group, as the reference keeps it
             group.update(d=d_max, d_max=d_max, d_numerator=numerator, k=group["k"] + 1)
-        return loss
 
 
 def dot_sum(grads: Tensors, p0s: Tensors, params: Tensors) -> torch.Tensor:

@@ -31,9 +31,10 @@ Tensors = list[torch.Tensor]
 # ----------------------------------------------------------------------------- building blocks
 
 
-class GroupwiseOptimizer(Optimizer):
-    """An optimizer whose step updates, group by group, the parameters that have a gradient, as lists
-    (update_group), after an optional check (before_step)."""
+class ListwiseOptimizer(Optimizer):
+    """An optimizer whose step updates the parameters that have a gradient, as lists: update_groups gets every
+    param group that has any, with them (all at once, for a statistic over the whole model: Prodigy's step
+    size, Adam-mini's blocks)."""
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
@@ -41,12 +42,23 @@ class GroupwiseOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.before_step()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if params:
-                self.update_group(group, params)
+        groups = [(group, [p for p in group["params"] if p.grad is not None]) for group in self.param_groups]
+        groups = [(group, params) for group, params in groups if params]
+        if groups:
+            self.update_groups(groups)
         return loss
+
+    def update_groups(self, groups: list[tuple[dict, list[torch.Tensor]]]) -> None:
+        raise NotImplementedError
+
+
+class GroupwiseOptimizer(ListwiseOptimizer):
+    """A ListwiseOptimizer that updates group by group (update_group), after an optional check (before_step)."""
+
+    def update_groups(self, groups: list[tuple[dict, list[torch.Tensor]]]) -> None:
+        self.before_step()
+        for group, params in groups:
+            self.update_group(group, params)
 
     def before_step(self) -> None:
         pass
