@@ -32,6 +32,7 @@ from optim.muon import Muon, MuonHyperparameters, build_muon
 from optim.nadamw import NAdamWHyperparameters, build_nadamw
 from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
+from optim.scion import ScionHyperparameters, build_scion
 from optim.signum import SignumHyperparameters, build_signum
 from optim.soap import SOAPHyperparameters, build_soap
 from optim.sophia import SophiaHyperparameters, build_sophia
@@ -114,6 +115,10 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("adam-mini", AdamMiniHyperparameters, build_adam_mini,
                       {"adam_mini": MiniRecipe("config/mini_adam_mini.py", (1e-3, 2e-3, 4e-3, 8e-3),
                                                ("warmup_iters", "beta2"))}),
+        # Scion's learning rate is also its weight decay (the constrained update: p <- (1 - lr) p - ...)
+        OptimizerSpec("scion", ScionHyperparameters, build_scion,
+                      {"scion": MiniRecipe("config/mini_scion.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3),
+                                           ("warmup_iters", "scion_momentum"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
                       {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                          ("warmup_iters", "beta2", "precondition_frequency"))}),

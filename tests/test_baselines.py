@@ -580,6 +580,50 @@ def test_prodigy_matches_its_authors_package(settings):
             assert error < tolerance, f"prodigy {dtype}: {n} relative error {error:.1e}"
 
 
+def scion_lmo_reference(m, lmo):
+    """LIONS-EPFL/scion scion.py's lmo of each norm, in float64 (their NS5 runs in bf16)."""
+    if lmo == "spectral":
+        a, b, c = (3.4445, -4.7750, 2.0315)
+        x = m.T if m.size(0) > m.size(1) else m
+        x = x / (x.norm() + 1e-7)
+        for _ in range(5):
+            gram = x @ x.T
+            x = a * x + (b * gram + c * gram @ gram) @ x
+        return (x.T if m.size(0) > m.size(1) else x) * (m.size(0) / m.size(1)) ** 0.5
+    if lmo == "sign":
+        return torch.sign(m)
+    if lmo == "sign_normalized":
+        return torch.sign(m) / m.size(1)
+    return m / (torch.sqrt(torch.mean(m**2)) + 1e-8)  # BiasRMS
+
+
+@pytest.mark.quick
+def test_scion_matches_its_authors_reference():
+    """Scion's step (its momentum, the lmo of each group's norm at its radius, the constrained update) against
+    the authors' scion.py restated in float64, on the groups the builder makes of the tiny GPT (with biases):
+    the blocks' matrices Spectral at radius 3, the 1-D parameters BiasRMS at 3, the position table Sign at 1,
+    the tied embedding Sign normalised at 10. Ours runs NS5 in float32 on the CPU: within 1e-5."""
+    cfg = tiny_config(optimizer="scion", learning_rate=1e-2, scion_momentum=0.3)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    optimizer = build_optimizer(model, cfg, "cpu")
+    lmos = {id(p): (g["lmo"], g["scale"]) for g in optimizer.param_groups for p in g["params"]}
+    assert sorted({lmo for lmo, _ in lmos.values()}) == ["bias_rms", "sign", "sign_normalized", "spectral"]
+    assert lmos[id(model.transformer.wte.weight)] == ("sign_normalized", 10.0)
+    reference = [p.detach().double().clone() for p in model.parameters()]
+    buffers = [torch.zeros_like(p) for p in reference]
+    for step in range(STEPS):
+        grads = scheduled_step(model, optimizer, step)
+        lr = cfg.learning_rate * lr_multiplier(step)
+        for p, g, buffer, param in zip(reference, grads, buffers, model.parameters()):
+            lmo, scale = lmos[id(param)]
+            buffer.mul_(1 - 0.3).add_(g, alpha=0.3)
+            p.mul_(1 - lr).add_(scion_lmo_reference(buffer, lmo), alpha=-lr * scale)
+    for (n, p), expected in zip(model.named_parameters(), reference):
+        error = ((p.detach().double() - expected).norm() / expected.norm()).item()
+        assert error < 1e-5, f"scion: {n} relative error {error:.1e}"
+
+
 def package_names(name: str) -> str:
     """A parameter's name as Adam-mini's package reads a GPT-2's (its examples/gpt2: separate wq, wk, wv, wo)."""
     return name.removeprefix("transformer.").replace("attn.c_proj", "attn.wo")

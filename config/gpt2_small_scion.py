@@ -1,0 +1,7 @@
+# GPT-2 small (124M) with Scion, a baseline at the paper's setting (config/gpt2_small.py): 100k steps of
+# 480 x 1024 tokens; the scripts in scripts/ pick the dataset, GPU count, micro-batch and token budget.
+include = ["gpt2_small.py", "paper_scion.py"]
+out_dir = "out/gpt2_small_scion"
+wandb_run_name = "gpt2-small-scion"
+learning_rate = 2**-12  # its authors' modded-nanogpt GPT-2 small rate (untuned here)
+min_lr = 0.0

@@ -1,0 +1,106 @@
+"""
+Scion (Pethick et al., 2025, "Training Deep Learning Models with Norm-Constrained LMOs"), as its authors implement
+it (LIONS-EPFL/scion at f58a393, scion.py) and partition a GPT (examples/shallow-nanogpt/model.py, its "Mixed"
+mode with the Sign first layer, the default of its train.py). Each parameter p with gradient g takes the linear
+minimisation oracle (LMO) of its layer's norm ball, scaled by its group's radius, on a momentum:
+
+    m = (1 - momentum) m + momentum g                 (momentum 0.1: an average over ~10 steps)
+    p = (1 - lr) p - lr * scale * lmo(m)               (the constrained update: the decay is lr itself)
+
+with, by kind of parameter (optim/routing.py):
+  - the blocks' matrices: Spectral, lmo = NS5(m) sqrt(rows / cols), scale scion_hidden_scale (3);
+  - the position table (a first layer): Sign, lmo = sign(m), scale scion_input_scale (1);
+  - the token embedding, tied to the head here: Sign normalised, lmo = sign(m) / cols, scale scion_output_scale
+    (10), the authors' rule for the output layer (their GPT unties the two; an untied Llama head takes it too, and
+    its embedding the first layer's);
+  - 1-D parameters (norms' weights, biases, which the authors' GPT has none of): their Auto rule for 1-D, BiasRMS,
+    lmo = m / (rms(m) + 1e-8), scale scion_hidden_scale.
+scion_unconstrained=True drops the (1 - lr) factor, as the authors' option does. The NS5 of the matrices runs
+on owner ranks, as Muon's (optim/newton_schulz.py); under FSDP a 1-D parameter's rms is its whole tensor's (one
+all-reduce of squared norms); Sign is element-wise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from optim.contract import Hyperparameters, Loop, positive, setting
+from optim.newton_schulz import newton_schulz5_across_ranks
+from optim.routing import parameter_kinds
+from optim.rules import GroupwiseOptimizer
+from optim.sharding import local, shard_group, squared_norms
+
+NS5_EPS = 1e-7  # the authors' zeropower_via_newtonschulz5
+
+
+@dataclass
+class ScionHyperparameters(Hyperparameters):
+    scion_momentum: float = setting(0.1, 0.0, 1.0, low_open=True)  # the weight of the new gradient (1: none kept)
+    scion_hidden_scale: float = positive(3.0)  # the radius of the blocks' matrices and of 1-D parameters
+    scion_input_scale: float = positive(1.0)  # the first layer's (position table; an untied token embedding)
+    scion_output_scale: float = positive(10.0)  # the output layer's (the tied embedding, or an untied head)
+    scion_unconstrained: bool = False
+    ns_steps: int = setting(5, 1)
+
+    def display_name(self) -> str:
+        return "Scion"
+
+
+class Scion(GroupwiseOptimizer):
+    def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.1, unconstrained: bool = False,
+                 ns_steps: int = 5):
+        """params: groups that each say their lmo ("spectral", "sign", "sign_normalized" or "bias_rms") and scale."""
+        super().__init__(params, dict(lr=lr, momentum=momentum, unconstrained=unconstrained, ns_steps=ns_steps))
+
+    def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
+        lr, momentum = group["lr"], group["momentum"]
+        buffers = []
+        for p in params:
+            if "momentum_buffer" not in self.state[p]:
+                self.state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            buffers.append(self.state[p]["momentum_buffer"])
+        if momentum != 1:  # (the authors' momentum 1 keeps no buffer: the lmo of the gradient itself)
+            torch._foreach_lerp_(local(buffers), local([p.grad for p in params]), momentum)
+        else:
+            torch._foreach_copy_(local(buffers), local([p.grad for p in params]))
+        lmo = group["lmo"]
+        if lmo == "spectral":
+            updates = newton_schulz5_across_ranks(buffers, group["ns_steps"], NS5_EPS)
+            torch._foreach_mul_(local(updates), [(p.shape[0] / p.shape[1]) ** 0.5 for p in params])
+        elif lmo in ("sign", "sign_normalized"):
+            updates = torch._foreach_sign(local(buffers))
+            if lmo == "sign_normalized":
+                torch._foreach_mul_(updates, [1.0 / p.shape[1] for p in params])
+        else:  # bias_rms: m / (rms of the whole tensor + 1e-8)
+            rms = (squared_norms(buffers, shard_group(params)) / torch.tensor([p.numel() for p in params],
+                                                                            device=params[0].device)).sqrt()
+            scales = (rms + 1e-8).reciprocal().to(params[0].dtype).unbind()
+            updates = torch._foreach_mul(local(buffers), list(scales))
+        if not group["unconstrained"]:
+            torch._foreach_mul_(local(params), 1.0 - lr)
+        torch._foreach_add_(local(params), local(updates), alpha=-lr * group["scale"])
+
+
+def build_scion(model: nn.Module, hp: ScionHyperparameters, loop: Loop) -> Scion:
+    kinds = parameter_kinds(model)
+    token_embedding = model.transformer.wte.weight
+    head = getattr(model, "lm_head", None)
+    untied_head = head is not None and head.weight is not token_embedding
+    output = ("sign_normalized", hp.scion_output_scale)
+    first = ("sign", hp.scion_input_scale)
+    output_layer = head.weight if untied_head else token_embedding
+    groups = []
+    for (lmo, scale), params in [
+        (("spectral", hp.scion_hidden_scale), kinds.get("attention", []) + kinds.get("mlp", [])),
+        (("bias_rms", hp.scion_hidden_scale), kinds.get("1d", [])),
+        (first, [p for p in kinds.get("embeddings", []) if p is not output_layer]),
+        (output, [output_layer]),
+    ]:
+        if params:
+            groups.append(dict(params=params, lmo=lmo, scale=scale))
+    return Scion(groups, lr=loop.learning_rate, momentum=hp.scion_momentum, unconstrained=hp.scion_unconstrained,
+                 ns_steps=hp.ns_steps)
