@@ -194,11 +194,13 @@ class Run:
 class StateCost:
     """An optimizer's state for one kind of parameter, in bytes: per element of state it allocates (laid
     out as the parameter: under FSDP its rows), per element of gradients it keeps (laid out as the
-    gradients: under FSDP padded blocks), and per tensor (0-d step counts)."""
+    gradients: under FSDP padded blocks), per tensor (0-d step counts), and per row of the whole parameter
+    (Adam-mini's v, one number per block of rows, whole on every rank)."""
 
     own: float
     kept_gradients: float
     per_tensor: float
+    per_row: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,8 @@ def take_profile(cfg: TrainConfig) -> OptimizerProfile:
     finally:
         optim.newton_schulz.newton_schulz5 = original
     kind_of_shape = {tuple(p.shape): kind for kind, params in parameter_kinds(model).items() for p in params}
-    largest = max(counts, key=lambda c: sum(cost.own + cost.kept_gradients + cost.per_tensor for cost in c.values()))
+    largest = max(counts, key=lambda c: sum(cost.own + cost.kept_gradients + cost.per_tensor + cost.per_row
+                                            for cost in c.values()))
     return OptimizerProfile(largest, frozenset(kind_of_shape[s] for s in shapes))
 
 
@@ -281,7 +284,7 @@ def _count_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, gradi
     """Bytes of state per element and per tensor, by kind (each storage counted once)."""
     seen, costs = set(), {}
     for kind, params in parameter_kinds(model).items():
-        own = kept = per_tensor = 0
+        own = kept = per_tensor = per_row = 0
         for p in params:
             for name, value in optimizer.state.get(p, {}).items():
                 if isinstance(value, (list, tuple)) and any(torch.is_tensor(v) for v in value):
@@ -298,11 +301,14 @@ def _count_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, gradi
                         own += value.numel() * value.element_size()
                 elif value.numel() == 1:
                     per_tensor += value.element_size()
+                elif value.ndim == 1 and value.numel() <= p.shape[0]:  # a number per block of rows
+                    per_row += value.numel() * value.element_size()
                 else:
                     raise InputError(f"bench.memory does not model {type(optimizer).__name__}'s state {name!r} of "
                                      f"shape {tuple(value.shape)} for a parameter of shape {tuple(p.shape)}")
         elements = sum(p.numel() for p in params)
-        costs[kind] = StateCost(own / elements, kept / elements, per_tensor / len(params))
+        costs[kind] = StateCost(own / elements, kept / elements, per_tensor / len(params),
+                                per_row / sum(p.shape[0] for p in params))
     return costs
 
 
@@ -384,7 +390,8 @@ def gradient_items(run: Run, tensors: list[Tensor], rank: int) -> list[Item]:
 def state_item(run: Run, tensors: list[Tensor], rank: int) -> Item:
     costs = optimizer_profile(run.cfg).state
     n = run.shards()
-    state = sum(costs[t.kind].own * t.local(n, rank) + costs[t.kind].per_tensor for t in tensors)
+    state = sum(costs[t.kind].own * t.local(n, rank) + costs[t.kind].per_tensor + costs[t.kind].per_row * t.shape[0]
+                for t in tensors)
     if run.fsdp:
         # A kept gradient is a view of its FSDP unit's reduce-scatter output, which it keeps whole (the unit's
         # other gradients, 1-D ones too, and the padding)
