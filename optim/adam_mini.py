@@ -17,7 +17,7 @@ Weight decay: every weight but the norms' and the biases, the embeddings include
 
 Every block here is a run of rows of the parameter's 2-D view (a 1-D parameter is a column), so the whole step
 runs on flat buffers: g^2 into one buffer, one segmented sum of its rows, one of those rows' sums into blocks,
-and the update, whatever the number of parameters. Under FSDP a block may straddle ranks (a head's rows, a
+and the update (each row's denominator broadcast over it), whatever the number of parameters. Under FSDP a block may straddle ranks (a head's rows, a
 norm's elements): each rank sums its rows, one all-reduce of every row's sum (a vector of the model's rows, 1 MB
 for GPT-2 small) makes them whole, and every rank keeps every block's v (plain tensors, the same on every rank),
 so a block's statistic is the whole block's at any world size.
@@ -116,10 +116,10 @@ class AdamMini(GroupState, ListwiseOptimizer):
         torch._foreach_mul_(vmeans, beta2)
         torch._foreach_add_(vmeans, list(block_means.split(plan.blocks)), alpha=1.0 - beta2)
         del squares, flat
-        # each of this rank's elements' denominator, from its row's block (the step's one model-sized temporary)
+        # each of this rank's rows' denominator, from its block, broadcast over the row's elements
         row_denominators = torch.cat(vmeans)[plan.local_row_blocks].sqrt_().div_(math.sqrt(1 - beta2**t)).add_(eps)
-        flat = torch.repeat_interleave(row_denominators, plan.local_row_lengths, output_size=plan.local_numel)
-        denominators = {id(p): part.view_as(g) for p, part, g in zip(params, flat.split(plan.local_numels), grads)}
+        denominators = {id(p): rows.view(-1, *[1] * (g.ndim - 1))
+                        for p, rows, g in zip(params, row_denominators.split(plan.local_rows), grads)}
         for group in self.param_groups:
             group["step"] = t
         for group, members in groups:
@@ -141,6 +141,7 @@ class BlockPlan:
         self.param_ids = [id(p) for p in params]
         blocks_local = local(params)
         self.local_numels = [b.numel() for b in blocks_local]
+        self.local_rows = [b.shape[0] for b in blocks_local]
         self.local_numel = sum(self.local_numels)
         self.blocks = [sum(count for _, count in layouts[p]) for p in params]
         row_lengths, row_positions, row_blocks, block_rows, block_numels = [], [], [], [], []
