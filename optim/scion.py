@@ -76,10 +76,12 @@ class Scion(GroupwiseOptimizer):
             if lmo == "sign_normalized":
                 torch._foreach_mul_(updates, [1.0 / p.shape[1] for p in params])
         else:  # bias_rms: m / (rms of the whole tensor + 1e-8)
-            rms = (squared_norms(buffers, shard_group(params)) / torch.tensor([p.numel() for p in params],
-                                                                            device=params[0].device)).sqrt()
-            scales = (rms + 1e-8).reciprocal().to(params[0].dtype).unbind()
-            updates = torch._foreach_mul(local(buffers), list(scales))
+            scales = torch._foreach_div(list(squared_norms(buffers, shard_group(params)).unbind()),
+                                        [float(p.numel()) for p in params])
+            torch._foreach_sqrt_(scales)
+            torch._foreach_add_(scales, 1e-8)
+            torch._foreach_reciprocal_(scales)
+            updates = torch._foreach_mul(local(buffers), [s.to(params[0].dtype) for s in scales])
         if not group["unconstrained"]:
             torch._foreach_mul_(local(params), 1.0 - lr)
         torch._foreach_add_(local(params), local(updates), alpha=-lr * group["scale"])
