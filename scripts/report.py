@@ -42,6 +42,7 @@ from eval.paper import PAPER_COLUMNS, paper_scores  # noqa: E402
 from config import TrainConfig  # noqa: E402
 from optim import display_name, gradients_per_step  # noqa: E402
 from errors import InputError, exit_on_input_error  # noqa: E402
+from scripts.rankings import agreement_lines  # noqa: E402
 
 # The paper's row order; other optimizers (MARS-Lion, ...) follow in alphabetical order.
 OPTIMIZER_ORDER = ["AdamW", "Muon", "MARS-exact", "MARS-approx"]
@@ -62,7 +63,7 @@ class Run:
     learning_rate: float
     # (step, tokens, training seconds, val loss) per evaluation, in step order
     val: list[tuple[int, int, float, float]]
-    passes_per_step: int = 1  # forward-backward passes over the batch per step (MARS-exact: 2)
+    passes_per_step: float = 1  # forward-backward passes over the batch per step (MARS-exact: 2; Sophia: 1.1)
     tokens_per_step: int = 0  # the global batch in tokens (total_batch_size)
     train_rows: list[dict] = field(default_factory=list)  # the logged training rows (diagnostics included)
     downstream: dict | None = field(default=None)  # lm-eval results, if the run was evaluated
@@ -318,6 +319,9 @@ def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
                   "unlikely to be seed noise.", "", table]
     if speedup_settings(runs):
         parts += [""] + speedup_section(runs)
+    lines = ranking_section(runs)
+    if lines:
+        parts += ["", "## Ranking beside the 2025 benchmarks", ""] + lines
     table = downstream_table(runs)
     if table:
         parts += ["", "## Downstream tasks (zero-shot, %)", "", table]
@@ -333,6 +337,20 @@ def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
           f"{r.best_val_loss:.4f}", f"{r.val[-1][2] / 60:.1f} min"] for r in whole_runs]))
     parts += [""] + [f"![{os.path.splitext(f)[0]}]({f})" for f in plot_files]
     return "\n".join(parts) + "\n"
+
+
+def ranking_section(runs: list[Run]) -> list[str]:
+    """Kendall's tau between the ranking, by mean best loss over seeds, of the setting that holds the most
+    optimizers and each published one (scripts/rankings.py); empty where too few are in common."""
+    columns = [column for column in group_by_setting(runs).values() if all(r.row == r.optimizer for r in column)]
+    if not columns:
+        return []
+    column = max(columns, key=lambda c: len({r.optimizer for r in c}))
+    means = {name: float(np.mean([r.best_val_loss for r in column if r.optimizer == name]))
+             for name in {r.optimizer for r in column}}
+    lines = agreement_lines(means)
+    return lines and [f"Over {format_tokens(column[0].budget)} tokens of {column[0].model}, by mean best loss; "
+                      "their ranking as scripts/rankings.py transcribes it."] + [""] + lines
 
 
 # -----------------------------------------------------------------------------

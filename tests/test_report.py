@@ -13,7 +13,7 @@ import pytest
 
 from optim import load_config, mini_recipes
 
-from scripts import budget_ladder, report
+from scripts import budget_ladder, rankings, report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -345,3 +345,17 @@ def test_the_budget_ladder_stretches_adamws_schedule_to_each_budget():
         assert cfg.learning_rate == base.learning_rate and cfg.total_batch_size == base.total_batch_size
     with pytest.raises(ValueError, match="does not divide the mini schedule"):
         budget_ladder.stretched(0.3)
+
+
+@pytest.mark.quick
+def test_the_report_ranks_its_optimizers_beside_the_published_ones(tmp_path):
+    """Kendall's tau between the mean best losses of the runs' setting and Wen et al.'s 130M ranking, over the
+    optimizers both hold: four of them here, one pair swapped against theirs (tau = (5 - 1) / 6)."""
+    losses = {"adamw": 3.30, "nadamw": 3.20, "lion": 3.50, "muon": 3.00}  # Wen: Muon, AdamW, NAdamW, Lion
+    for name, loss in losses.items():
+        for seed in (1, 2):
+            write_run(tmp_path / f"{name}{seed}", [11.0, loss + 0.01 * seed], total_iters=10, optimizer=name, seed=seed)
+    lines = report.ranking_section(report.find_runs([str(tmp_path)]))
+    row = next(line for line in lines if line.startswith("| Wen et al."))
+    assert "| Muon, AdamW, NAdamW, Lion | Muon, NAdamW, AdamW, Lion | 0.67 " in row, row
+    assert rankings.agreement({"AdamW": 1.0, "Muon": 0.5}, rankings.PUBLISHED["Wen et al. 130M, 1x Chinchilla"]) is None
