@@ -95,7 +95,7 @@ import optim.newton_schulz
 from config import TrainConfig
 from model import GPT, GPTConfig, mlp_hidden
 from optim import load_config
-from optim.newton_schulz import balanced_owners, exchanged_bytes, row_blocks
+from optim.sharding import balanced_owners, exchanged_bytes, row_blocks
 from optim.routing import parameter_kinds
 from errors import InputError, exit_on_input_error
 from runtime import Runtime, resolve_dtype
@@ -506,7 +506,7 @@ def communication(run: Run) -> dict[str, float]:
 
 
 def ns5_exchange(matrices: list[Tensor], n: int, element_bytes: int) -> tuple[float, float]:
-    """Bytes the busiest rank receives in optim.newton_schulz.newton_schulz5_of_shards' two all-to-alls:
+    """Bytes the busiest rank receives in optim.sharding.on_owner_ranks' two all-to-alls (Newton-Schulz's):
     the other ranks' rows of the matrices it owns, then its rows of the others' results."""
     owners, _ = balanced_owners([t.numel for t in matrices], n)
     gather = [sum(t.numel - t.local(n, r) for t, owner in zip(matrices, owners) if owner == r) for r in range(n)]

@@ -27,7 +27,7 @@ from torch.optim import Optimizer
 import bench
 from model import GPT, GPTConfig, PRESETS
 from optim import MARS, OPTIMIZERS, build_optimizer, load_config
-from optim.newton_schulz import balanced_owners, exchanged_bytes
+from optim.sharding import balanced_owners, exchanged_bytes
 
 
 class OfficialStyleMARS(Optimizer):

@@ -5,13 +5,16 @@ run on those local blocks as they are (the compiled rules too, on plain local te
 what needs a whole tensor is gathered here, once per step for all tensors:
   - a per-tensor norm (MARS's clip of c, the diagnostics): each rank's squared norms of its blocks,
     summed by one all-reduce over the shard group;
-  - a whole matrix (Newton-Schulz: optim/newton_schulz.py) goes to one owner rank and comes back;
+  - whole matrices go to one owner rank each, which computes on them, and the results come back
+    (on_owner_ranks: Newton-Schulz, Kron's preconditioners); without sharding (DDP) the owner computes
+    and broadcasts, so no rank repeats another's work;
   - whole matrices on every rank (SOAP's statistics: optim/soap.py), one all-gather for all of them,
     each rank then computing the rows of the results it holds (local_rows).
 Unsharded tensors pass through every function unchanged, with no communication.
 """
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -42,7 +45,7 @@ def squared_norms(tensors: Tensors, group: dist.ProcessGroup | None) -> torch.Te
 def gather_whole(tensors: Tensors) -> Tensors:
     """Each tensor whole on every rank, from the blocks of tensors of one dtype sharded on dim 0, in one
     all-gather for all of them; unsharded tensors as they are. Each rank sends its blocks padded to FSDP2's
-    block of ceil(rows / world_size) rows (torch.chunk's, as newton_schulz.row_blocks), so all ranks send
+    block of ceil(rows / world_size) rows (torch.chunk's, as row_blocks), so all ranks send
     as much, and a whole tensor is the first rows of its gathered blocks (only the last ranks' are short)."""
     group = shard_group(tensors)
     if group is None:
@@ -70,3 +73,113 @@ def local_rows(tensor: torch.Tensor) -> slice:
 
 def _block_rows(rows: int, world_size: int) -> int:
     return -(-rows // world_size)
+
+
+def row_blocks(rows: int, world_size: int) -> list[int]:
+    """Each rank's rows of a tensor sharded on dim 0 as FSDP2 shards it (torch.chunk: blocks of
+    ceil(rows / world_size), the last ranks' smaller or empty)."""
+    block = _block_rows(rows, world_size)
+    return [max(0, min(block, rows - r * block)) for r in range(world_size)]
+
+
+def balanced_owners(sizes: list[int], world_size: int) -> tuple[list[int], list[int]]:
+    """A rank for each unit of work: largest first, each to the least-loaded rank (the same on every rank);
+    and each rank's load, its units' total size."""
+    owners, loads = [0] * len(sizes), [0] * world_size
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        owners[i] = loads.index(min(loads))
+        loads[owners[i]] += sizes[i]
+    return owners, loads
+
+
+def exchanged_bytes(sizes: list[int], world_size: int, element_size: int) -> int:
+    """Bytes one rank receives per on_owner_ranks call over plain tensors at most (the busiest link)."""
+    _, loads = balanced_owners(sizes, world_size)
+    return (sum(loads) - min(loads)) * element_size
+
+
+Compute = Callable[[int, Tensors], Tensors]
+
+
+def on_owner_ranks(units: list[Tensors], compute: Compute, dtype: torch.dtype) -> list[Tensors]:
+    """compute(i, whole tensors of unit i) -> tensors of the same shapes, for every unit, each unit computed on
+    one owner rank (balanced by size) and its results returned to every rank laid out as its inputs: sharded
+    units (DTensors on dim 0 over one group: FSDP2) go to their owner by one all-to-all and come back as each
+    rank's rows by another; plain ones (DDP: every rank holds them whole) are computed by their owner and
+    broadcast. Everything travels in dtype (what compute returns, so the transfers are exact) and comes back
+    in each input's dtype. Without torch.distributed, or on one rank, every unit is computed here."""
+    if not units:
+        return []
+    if isinstance(units[0][0], DTensor):
+        return _on_owners_of_shards(units, compute, dtype)
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [[r.to(t.dtype) for r, t in zip(compute(i, unit), unit)] for i, unit in enumerate(units)]
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    sizes = [sum(t.numel() for t in unit) for unit in units]
+    owners, loads = balanced_owners(sizes, world_size)
+    starts = [sum(loads[:r]) for r in range(world_size)]
+    flat = torch.empty(sum(loads), dtype=dtype, device=units[0][0].device)
+    offsets, filled = [], list(starts)
+    for i, (unit, owner) in enumerate(zip(units, owners)):
+        offsets.append(filled[owner])
+        filled[owner] += sizes[i]
+        if owner == rank:
+            flat[offsets[-1] : filled[owner]] = torch.cat([r.reshape(-1) for r in compute(i, unit)])
+    # One broadcast per rank of its segment: an all-gather of unequal parts.
+    works = [dist.broadcast(flat[starts[r] : starts[r] + loads[r]], src=r, async_op=True)
+             for r in range(world_size) if loads[r]]
+    for work in works:
+        work.wait()
+    results = []
+    for unit, offset in zip(units, offsets):
+        parts = flat[offset : offset + sum(t.numel() for t in unit)].split([t.numel() for t in unit])
+        results.append([part.view_as(t).to(t.dtype) for part, t in zip(parts, unit)])
+    return results
+
+
+def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: torch.dtype) -> list[list[DTensor]]:
+    """on_owner_ranks of sharded units: one all-to-all sends every owner the other ranks' row blocks of its
+    units' tensors, the owner computes on the whole tensors, and a second all-to-all returns each rank its
+    rows of the results. Every block travels at its own size, with no padding."""
+    group = shard_group(units[0])
+    world_size, rank = dist.get_world_size(group), dist.get_rank(group)
+    device = units[0][0].device
+    tensors = [t for unit in units for t in unit]
+    unit_of = [i for i, unit in enumerate(units) for _ in unit]
+    blocks = local(tensors)
+    rows = [row_blocks(t.shape[0], world_size) for t in tensors]  # each rank's rows of each tensor
+    sizes = [[r * math.prod(t.shape[1:]) for r in tensor_rows] for t, tensor_rows in zip(tensors, rows)]
+    owners, _ = balanced_owners([sum(t.numel() for t in unit) for unit in units], world_size)
+    owned_by = [[j for j in range(len(tensors)) if owners[unit_of[j]] == r] for r in range(world_size)]
+    # to each owner, this rank's blocks of its tensors; from each rank, its blocks of this rank's tensors
+    send_sizes = [sum(sizes[j][rank] for j in owned_by[r]) for r in range(world_size)]
+    receive_sizes = [sum(sizes[j][r] for j in owned_by[rank]) for r in range(world_size)]
+    outgoing = [blocks[j].reshape(-1).to(dtype) for r in range(world_size) for j in owned_by[r]]
+    incoming = _all_to_all(outgoing, send_sizes, receive_sizes, dtype, device, group)
+    from_ranks = [part.split([sizes[j][r] for j in owned_by[rank]])
+                  for r, part in enumerate(incoming.split(receive_sizes))]
+    wholes = {j: torch.cat([from_ranks[r][k] for r in range(world_size)]).view(tensors[j].shape)
+              for k, j in enumerate(owned_by[rank])}
+    cut = {}  # this rank's results, cut into each rank's rows
+    for i in sorted({unit_of[j] for j in owned_by[rank]}):
+        members = [j for j in range(len(tensors)) if unit_of[j] == i]
+        for j, result in zip(members, compute(i, [wholes[j] for j in members])):
+            cut[j] = result.to(dtype).split(rows[j])
+    returned = [cut[j][r].reshape(-1) for r in range(world_size) for j in owned_by[rank]]
+    incoming = _all_to_all(returned, receive_sizes, send_sizes, dtype, device, group)
+    updates: list[torch.Tensor] = [None] * len(tensors)
+    for r, part in enumerate(incoming.split(send_sizes)):
+        for j, rows_of_j in zip(owned_by[r], part.split([sizes[j][rank] for j in owned_by[r]])):
+            updates[j] = rows_of_j.view(blocks[j].shape).to(tensors[j].dtype)
+    results = [DTensor.from_local(u, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride())
+               for u, t in zip(updates, tensors)]
+    return [[results[j] for j in range(len(tensors)) if unit_of[j] == i] for i in range(len(units))]
+
+
+def _all_to_all(parts: Tensors, send_sizes: list[int], receive_sizes: list[int], dtype: torch.dtype,
+                device: torch.device, group: dist.ProcessGroup) -> torch.Tensor:
+    """The flat parts (in rank order, send_sizes elements to each rank) exchanged; what each rank sent us."""
+    outgoing = torch.cat(parts) if parts else torch.empty(0, dtype=dtype, device=device)
+    incoming = torch.empty(sum(receive_sizes), dtype=dtype, device=device)
+    dist.all_to_all_single(incoming, outgoing, receive_sizes, send_sizes, group=group)
+    return incoming
