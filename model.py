@@ -80,6 +80,7 @@ def mlp_hidden(config: GPTConfig) -> int:
 # fast as whole ones. (A module constant: torch.compile does not trace a Function that reads its class's
 # attributes, and runs it eagerly instead, silently: 32% fewer tokens/s on an H100.)
 CROSS_ENTROPY_CHUNK_ROWS = 4096
+LABEL_DRAW_RANGE = 2**24  # sampled_labels' draws are integers below it: u = draw / 2^24, exact in fp32
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -87,12 +88,12 @@ class LinearCrossEntropy(torch.autograd.Function):
     and weight, made CROSS_ENTROPY_CHUNK_ROWS rows of x at a time in the forward pass (Liger-Kernel's fused
     linear cross-entropy): the logits exist a chunk at a time, instead of the whole (tokens x vocabulary) array
     materialised, upcast, zero-filled for its gradient and read again. The products run in the autocast dtype
-    when autocast is on (as lm_head's would), the softmax in fp32. With label_uniforms instead of targets, each
+    when autocast is on (as lm_head's would), the softmax in fp32. With label_draws instead of targets, each
     row's label is drawn from its own softmax (sampled_labels)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor | None,
-                label_uniforms: torch.Tensor | None = None) -> torch.Tensor:
+                label_draws: torch.Tensor | None = None) -> torch.Tensor:
         device_type = x.device.type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
         with torch.autocast(device_type, enabled=False):
@@ -109,8 +110,8 @@ class LinearCrossEntropy(torch.autograd.Function):
                 logsumexp = torch.logsumexp(logits, dim=-1)
                 # d(the chunk's summed loss)/d logits: softmax - one_hot(target), 0 on ignored rows
                 grad_logits = torch.exp(logits - logsumexp[:, None])
-                target = (targets[rows].clamp(min=0) if label_uniforms is None
-                          else sampled_labels(grad_logits, label_uniforms[rows]))
+                target = (targets[rows].clamp(min=0) if label_draws is None
+                          else sampled_labels(grad_logits, label_draws[rows]))
                 target_logit = logits.gather(1, target[:, None]).squeeze(1)
                 loss += torch.where(keep, logsumexp - target_logit, 0.0).sum()
                 grad_logits.scatter_add_(1, target[:, None], torch.full_like(target_logit, -1.0)[:, None])
@@ -128,12 +129,13 @@ class LinearCrossEntropy(torch.autograd.Function):
         return grad_x * scale.to(grad_x.dtype), (grad_w * scale).to(ctx.weight_dtype), None, None
 
 
-def sampled_labels(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """A label per row of probs (rows x vocabulary, each summing to 1) drawn from that row at its uniform in
-    [0, 1), by inverse CDF: the first label whose cumulative probability exceeds it (the last, past rounding)."""
+def sampled_labels(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+    """A label per row of probs (rows x vocabulary) drawn from that row by inverse CDF at u = draw / 2^24 in
+    [0, 1) (draws: integers below LABEL_DRAW_RANGE): the first label whose cumulative probability exceeds u times
+    the row's total, which is 1 but for the rounding of a sum of 50k terms (so the last label gets no extra share)."""
     cumulative = probs.cumsum(-1)
-    labels = torch.searchsorted(cumulative, uniforms[:, None].to(cumulative.dtype), right=True).squeeze(1)
-    return labels.clamp_max(probs.size(-1) - 1)
+    thresholds = draws[:, None].to(cumulative.dtype) / LABEL_DRAW_RANGE * cumulative[:, -1:]
+    return torch.searchsorted(cumulative, thresholds, right=True).squeeze(1).clamp_max(probs.size(-1) - 1)
 
 
 def rotary_tables(config: GPTConfig, length: int, device: torch.device) -> torch.Tensor:
@@ -308,14 +310,14 @@ class GPT(nn.Module):
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, all_logits: bool = False,
-        label_uniforms: torch.Tensor | None = None,
+        label_draws: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits and the mean cross-entropy against targets. Without targets
         only the last position's logits are computed (for generation), unless
         all_logits asks for every position's (for scoring continuations). With
         fused_cross_entropy, a training forward (gradients on) returns the loss alone.
-        label_uniforms (B x T, in [0, 1)) instead of targets: the loss against labels drawn from the model's own
-        next-token distribution at those numbers (Sophia's Hessian estimate: optim/sophia.py)."""
+        label_draws (B x T integers, sampled_labels) instead of targets: the loss against labels drawn from the
+        model's own next-token distribution at those numbers (Sophia's Hessian estimate: optim/sophia.py)."""
         b, t = idx.size()
         if t > self.config.block_size:
             raise ValueError(f"sequence of length {t} is longer than block_size {self.config.block_size}")
@@ -326,16 +328,16 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
-        if targets is None and label_uniforms is None:
+        if targets is None and label_draws is None:
             return self.lm_head(x if all_logits else x[:, [-1], :]), None
-        uniforms = label_uniforms.reshape(-1) if label_uniforms is not None else None
+        draws = label_draws.reshape(-1) if label_draws is not None else None
         if self.fused_cross_entropy and torch.is_grad_enabled():  # training: the loss alone
             flat_targets = targets.reshape(-1) if targets is not None else None
-            return None, LinearCrossEntropy.apply(x.reshape(b * t, -1), self.lm_head.weight, flat_targets, uniforms)
+            return None, LinearCrossEntropy.apply(x.reshape(b * t, -1), self.lm_head.weight, flat_targets, draws)
         logits = self.lm_head(x)
         flat_logits = logits.view(-1, logits.size(-1)).float()
-        if uniforms is not None:
-            targets = sampled_labels(flat_logits.detach().softmax(-1), uniforms)
+        if draws is not None:
+            targets = sampled_labels(flat_logits.detach().softmax(-1), draws)
         loss = F.cross_entropy(flat_logits, targets.reshape(-1), ignore_index=-1)
         return logits, loss
 

@@ -179,13 +179,13 @@ class StepContext:
         """grad_multiplier x the mean gradient of the global batch of batch_step, in p.grad (DDP averages
         over ranks, on the last micro-step only); returns the batch's mean loss (on device). With
         sampled_labels, the loss is against labels drawn from the model's own predictions instead of the
-        batch's next tokens (Sophia's Hessian estimate: TrainBatches.label_uniforms)."""
+        batch's next tokens (Sophia's Hessian estimate: TrainBatches.label_draws)."""
         cfg, rt = self.cfg, self.rt
         grad_accum = cfg.grad_accum_steps(rt.world_size)
         loss_total = torch.zeros((), device=rt.device)
         for micro_step in range(grad_accum):
             x, y = self.batches.micro_batch(batch_step, micro_step, cfg.micro_batch_size, rt.rank, rt.world_size)
-            labels = (dict(label_uniforms=self.batches.label_uniforms(
+            labels = (dict(label_draws=self.batches.label_draws(
                 batch_step, micro_step, cfg.micro_batch_size, rt.rank, rt.world_size, rt.device))
                       if sampled_labels else dict(targets=to_device(y, rt.device)))
             last_micro_step = micro_step == grad_accum - 1

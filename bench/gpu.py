@@ -129,9 +129,9 @@ class MarkedSteps(train.StepContext):
         self.optimizer.register_step_pre_hook(self._optimizer_started)
         self.optimizer.register_step_post_hook(self._optimizer_ended)
 
-    def forward_backward(self, batch_step: int) -> torch.Tensor:
-        start = self.clock.mark()
-        loss = super().forward_backward(batch_step)
+    def forward_backward(self, batch_step: int, sampled_labels: bool = False) -> torch.Tensor:
+        start = self.clock.mark()  # (Sophia's Hessian pass, on sampled labels, is a forward-backward too)
+        loss = super().forward_backward(batch_step, sampled_labels)
         if self.marks:
             self.marks[-1].forward_backward.append((start, self.clock.mark()))
         return loss

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from data.shards import ShardError, open_shard
-from model import GPTConfig
+from model import LABEL_DRAW_RANGE, GPTConfig
 
 
 class TokenWindows:
@@ -103,18 +103,21 @@ class TrainBatches:
         first = self.first_row(micro_step, micro_batch_size, rank, world_size)
         return self.windows.gather(self.step_window_ids(step)[first : first + micro_batch_size])
 
-    def label_uniforms(self, step: int, micro_step: int, micro_batch_size: int, rank: int, world_size: int,
-                       device: torch.device) -> torch.Tensor:
-        """A number in [0, 1) per position of a micro-batch (micro_batch_size x block_size), at which the model's
-        own next-token distribution is sampled (Sophia's Hessian estimate). Each row's numbers are a function of
-        (seed, step, the row's place in the global batch) alone, drawn on the device: any split of the batch over
-        ranks and micro-steps samples the same labels, and a resumed run the labels it would have."""
+    def label_draws(self, step: int, micro_step: int, micro_batch_size: int, rank: int, world_size: int,
+                    device: torch.device) -> torch.Tensor:
+        """A draw per position of a micro-batch (micro_batch_size x block_size): an integer in [0, 2^24), the
+        uniform number draw / 2^24 at which the model's own next-token distribution is sampled (Sophia's Hessian
+        estimate). Integers, because FSDP's mixed precision casts the floating-point inputs of a forward to bf16.
+        Each row's draws are a function of (seed, step, the row's place in the global batch) alone, made on the
+        device: any split of the batch over ranks and micro-steps samples the same labels, and a resumed run the
+        labels it would have."""
         first = self.first_row(micro_step, micro_batch_size, rank, world_size)
         generator = torch.Generator(device=device)
         rows = []
         for row in range(first, first + micro_batch_size):
             generator.manual_seed(int(np.random.SeedSequence([self.seed, step, row]).generate_state(1)[0]))
-            rows.append(torch.rand(self.windows.block_size, generator=generator, device=device))
+            rows.append(torch.randint(0, LABEL_DRAW_RANGE, (self.windows.block_size,), generator=generator,
+                                      device=device, dtype=torch.int32))
         return torch.stack(rows)
 
 

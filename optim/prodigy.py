@@ -16,7 +16,8 @@ where dlr is the old d's and the eps term the new d's. The sums run over every p
 for the whole model. Here d, d_max and the numerator are 0-d float64 tensors on the parameters' device (the
 reference's are Python floats, read with .item() per parameter: a host sync each), kept in every param group as
 the reference keeps them; under FSDP the two sums are each rank's blocks', all-reduced over the shard group, so
-d is the same at any world size. Differences, none of which moves a GPT run: the reference skips a step whose
+d is the same at any world size. A step at learning rate 0 (a warmup's first) changes nothing, its count included,
+as the reference's returns early. Differences, none of which moves a GPT run: the reference skips a step whose
 sum of |s| is zero (no gradient yet, ever), where this one applies the step's decoupled decay; its growth_rate
 is left at its default, unbounded; beta1 must be positive (the reference's beta1=0 variant steps on the raw
 gradient); p0 is always a copy of p (the reference keeps a 0-d zero for an all-zero parameter: the same values).
@@ -85,13 +86,18 @@ class Prodigy(GroupState, ListwiseOptimizer):
         return state
 
     def update_groups(self, groups: list[tuple[dict, list[torch.Tensor]]]) -> None:
+        lr = max(g["lr"] for g in self.param_groups)
+        if lr == 0.0:  # the reference's step at lr 0 makes the state (p0 = p) and changes nothing else
+            for _, params in groups:
+                for p in params:
+                    self._state(p)
+            return
         first = groups[0][0]
         device, dtype = groups[0][1][0].device, groups[0][1][0].dtype  # (the step's scalars in the parameters' dtype)
         beta1, beta2 = first["betas"]
         beta3, k, d0 = first["beta3"], first["k"], first["d0"]
         # (a checkpoint's scalars load onto the CPU: moved once, to where the parameters are)
         d, d_max, numerator = (first[key].to(device) for key in ("d", "d_max", "d_numerator"))
-        lr = max(g["lr"] for g in self.param_groups)
         bias_correction = math.sqrt(1 - beta2 ** (k + 1)) / (1 - beta1 ** (k + 1)) if first["bias_correction"] else 1.0
         dlr = d * (lr * bias_correction)
         weight = d / d0 * (d if first["safeguard_warmup"] else dlr)
@@ -119,9 +125,8 @@ class Prodigy(GroupState, ListwiseOptimizer):
         if (group_of_shards := shard_group(groups[0][1])) is not None:  # (each rank summed its blocks)
             dist.all_reduce(sums, group=group_of_shards)
         numerator = beta3 * numerator + sums[0]
-        if lr > 0.0:  # (at lr 0 the reference leaves d as it is)
-            estimate = first["d_coef"] * numerator / sums[1]
-            d_max = torch.where(sums[1] > 0, torch.maximum(d_max, estimate), d_max)
+        estimate = first["d_coef"] * numerator / sums[1]
+        d_max = torch.where(sums[1] > 0, torch.maximum(d_max, estimate), d_max)
         for group, params in groups:
             states = [self.state[p] for p in params]
             ps = local(params)
@@ -141,15 +146,19 @@ class Prodigy(GroupState, ListwiseOptimizer):
             group.update(d=d_max, d_max=d_max, d_numerator=numerator, k=group["k"] + 1)
 
 
+SUM_CHUNK = 1 << 24  # elements a float64 reduction converts at a time (64 MB), not the whole buffer at once
+
+
 def dot_sum(grads: Tensors, p0s: Tensors, params: Tensors) -> torch.Tensor:
-    """sum over the tensors of <g, p0 - p>, accumulated in float64 (0-d): the products written into one flat
-    buffer of views, so that a single reduction sums them all."""
-    flat = torch.empty(sum(g.numel() for g in grads), dtype=grads[0].dtype, device=grads[0].device)
-    products = [part.view_as(g) for part, g in zip(flat.split([g.numel() for g in grads]), grads)]
+    """sum over the tensors of <g, p0 - p>, accumulated in float64 (0-d): the products written into one flat buffer
+    of views, reduced a chunk at a time. Accumulated in float64, the sum over FSDP blocks rounds as one process's."""
+    numels = [g.numel() for g in grads]
+    flat = torch.empty(sum(numels), dtype=grads[0].dtype, device=grads[0].device)
+    products = [part.view_as(g) for part, g in zip(flat.split(numels), grads)]
     torch._foreach_copy_(products, p0s)
     torch._foreach_sub_(products, params)
     torch._foreach_mul_(products, grads)
-    return flat.sum(dtype=torch.float64)
+    return torch.stack([part.sum(dtype=torch.float64) for part in flat.split(SUM_CHUNK)]).sum()
 
 
 def build_prodigy(model: nn.Module, hp: ProdigyHyperparameters, loop: Loop) -> Prodigy:

@@ -8,7 +8,8 @@ minimisation oracle (LMO) of its layer's norm ball, scaled by its group's radius
     p = (1 - lr) p - lr * scale * lmo(m)               (the constrained update: the decay is lr itself)
 
 with, by kind of parameter (optim/routing.py):
-  - the blocks' matrices: Spectral, lmo = NS5(m) sqrt(rows / cols), scale scion_hidden_scale (3);
+  - the blocks' matrices: Spectral, lmo = NS5(m) sqrt(rows / cols), scale scion_hidden_scale (3); the attention's
+    fused c_attn as the three matrices q, k and v the authors' GPT has (each its own NS5, scale 1);
   - the position table (a first layer): Sign, lmo = sign(m), scale scion_input_scale (1);
   - the token embedding, tied to the head here: Sign normalised, lmo = sign(m) / cols, scale scion_output_scale
     (10), the authors' rule for the output layer (their GPT unties the two; an untied Llama head takes it too, and
@@ -29,10 +30,10 @@ import torch
 import torch.nn as nn
 
 from optim.contract import Hyperparameters, Loop, positive, setting
-from optim.newton_schulz import newton_schulz5_across_ranks
+from optim.newton_schulz import newton_schulz5, ns5_dtype
 from optim.routing import parameter_kinds
 from optim.rules import GroupwiseOptimizer
-from optim.sharding import local, shard_group, squared_norms
+from optim.sharding import local, on_owner_ranks, shard_group, squared_norms
 
 NS5_EPS = 1e-7  # the authors' zeropower_via_newtonschulz5
 
@@ -68,9 +69,15 @@ class Scion(GroupwiseOptimizer):
         else:
             torch._foreach_copy_(local(buffers), local([p.grad for p in params]))
         lmo = group["lmo"]
-        if lmo == "spectral":
-            updates = newton_schulz5_across_ranks(buffers, group["ns_steps"], NS5_EPS)
-            torch._foreach_mul_(local(updates), [(p.shape[0] / p.shape[1]) ** 0.5 for p in params])
+        if lmo == "spectral":  # on owner ranks; a fused q, k, v matrix as its three matrices
+            pieces = dict(zip(map(id, group["params"]), group["pieces"]))
+            counts = [pieces[id(p)] for p in params]
+
+            def spectral(i: int, whole: list[torch.Tensor]) -> list[torch.Tensor]:
+                return [torch.cat([newton_schulz5(part, group["ns_steps"], NS5_EPS) * (part.shape[0] / part.shape[1]) ** 0.5
+                                   for part in whole[0].chunk(counts[i])])]
+
+            updates = [u for (u,) in on_owner_ranks([[b] for b in buffers], spectral, ns5_dtype(buffers[0].device))]
         elif lmo in ("sign", "sign_normalized"):
             updates = torch._foreach_sign(local(buffers))
             if lmo == "sign_normalized":
@@ -96,6 +103,7 @@ def build_scion(model: nn.Module, hp: ScionHyperparameters, loop: Loop) -> Scion
     first = ("sign", hp.scion_input_scale)
     output_layer = head.weight if untied_head else token_embedding
     groups = []
+    fused_qkv = {id(m.c_attn.weight) for m in model.modules() if hasattr(m, "c_attn")}
     for (lmo, scale), params in [
         (("spectral", hp.scion_hidden_scale), kinds.get("attention", []) + kinds.get("mlp", [])),
         (("bias_rms", hp.scion_hidden_scale), kinds.get("1d", [])),
@@ -103,6 +111,6 @@ def build_scion(model: nn.Module, hp: ScionHyperparameters, loop: Loop) -> Scion
         (output, [output_layer]),
     ]:
         if params:
-            groups.append(dict(params=params, lmo=lmo, scale=scale))
+            groups.append(dict(params=params, lmo=lmo, scale=scale, pieces=[3 if id(p) in fused_qkv else 1 for p in params]))
     return Scion(groups, lr=loop.learning_rate, momentum=hp.scion_momentum, unconstrained=hp.scion_unconstrained,
                  ns_steps=hp.ns_steps)

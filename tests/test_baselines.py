@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from checkpoint import restore_training_state
-from model import GPT, GPTConfig, sampled_labels
+from model import LABEL_DRAW_RANGE, GPT, GPTConfig, sampled_labels
 from optim import HYPERPARAMETERS, OPTIMIZERS, build_optimizer, load_config
 from optim.adamw import decay_routing
 from optim.contract import (
@@ -298,18 +298,21 @@ def test_sophia_matches_its_authors_reference():
 
 @pytest.mark.quick
 def test_the_labels_sophia_draws_follow_the_models_distribution_whatever_the_split(tiny_dataset):
-    """model.sampled_labels draws each label with its probability (20,000 draws a row); TrainBatches' numbers
-    for a step's rows are the same split over 1 rank and 2 micro-steps as over 4 ranks, and differ by step."""
+    """model.sampled_labels draws each label with its probability (20,000 draws a row); TrainBatches' draws (integers:
+    a float input would be cast to bf16 by FSDP) for a step's rows are the same split over 1 rank and 2 micro-steps as
+    over 4 ranks, and differ by step."""
     batches = TrainBatches(TokenWindows(tiny_dataset, "train", 32, 128), seed=3, sequences_per_step=8)
     cpu = torch.device("cpu")
-    whole = torch.cat([batches.label_uniforms(5, micro_step, 4, 0, 1, cpu) for micro_step in range(2)])
-    split = torch.cat([batches.label_uniforms(5, 0, 2, rank, 4, cpu) for rank in range(4)])
+    whole = torch.cat([batches.label_draws(5, micro_step, 4, 0, 1, cpu) for micro_step in range(2)])
+    split = torch.cat([batches.label_draws(5, 0, 2, rank, 4, cpu) for rank in range(4)])
     assert whole.shape == (8, 32) and torch.equal(whole, split)
-    assert not torch.equal(whole, torch.cat([batches.label_uniforms(6, m, 4, 0, 1, cpu) for m in range(2)]))
+    assert whole.dtype == torch.int32  # (FSDP's mixed precision would cast floats to bf16 on their way in)
+    assert not torch.equal(whole, torch.cat([batches.label_draws(6, m, 4, 0, 1, cpu) for m in range(2)]))
     torch.manual_seed(0)
     probs = torch.randn(3, 10).mul(2).softmax(-1)
     draws = 20_000
-    labels = sampled_labels(probs.repeat_interleave(draws, 0), torch.rand(3 * draws)).view(3, draws)
+    labels = sampled_labels(probs.repeat_interleave(draws, 0), torch.randint(0, LABEL_DRAW_RANGE, (3 * draws,)))
+    labels = labels.view(3, draws)
     frequencies = torch.stack([torch.bincount(row, minlength=10) for row in labels]).double() / draws
     assert (frequencies - probs).abs().max() < 0.015, (frequencies, probs)
 
@@ -319,7 +322,7 @@ def test_sophias_hessian_estimate_is_the_gradient_on_labels_the_model_draws(tiny
                                                                           fused_cross_entropy):
     """Through train.py, a Hessian estimate every 2 steps: after step 2 the checkpoint's h is (1 - beta2) g^2,
     g the gradient, at the step-2 weights, of the mean loss over the second step's batch (two micro-steps) on labels drawn
-    from the model's own softmax by inverse CDF at TrainBatches.label_uniforms' numbers (sampled here by counting
+    from the model's own softmax by inverse CDF at TrainBatches.label_draws' numbers (sampled here by counting
     the cumulative probabilities below each), clipped at grad_clip; both cross-entropy paths."""
     out = str(tmp_path / "run")
     args = tiny_run_args(tiny_dataset, out, optimizer="sophia", sophia_hessian_interval=2, max_iters=2,
@@ -336,9 +339,10 @@ def test_sophias_hessian_estimate_is_the_gradient_on_labels_the_model_draws(tiny
                            cfg.total_batch_size // cfg.block_size)
     for micro_step in range(2):
         x, _ = batches.micro_batch(1, micro_step, 4, 0, 1)
-        numbers = batches.label_uniforms(1, micro_step, 4, 0, 1, torch.device("cpu"))
+        numbers = batches.label_draws(1, micro_step, 4, 0, 1, torch.device("cpu"))
         logits = model(x, all_logits=True)[0].float()
-        labels = (logits.detach().softmax(-1).cumsum(-1) <= numbers[..., None]).sum(-1).clamp_max(cfg.vocab_size - 1)
+        cumulative = logits.detach().softmax(-1).cumsum(-1)
+        labels = (cumulative <= numbers[..., None] / 2**24 * cumulative[..., -1:]).sum(-1).clamp_max(cfg.vocab_size - 1)
         (torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()) / 2).backward()
     norm = torch.stack([p.grad.double().norm() for p in model.parameters()]).norm()
     scale = min(1.0, cfg.grad_clip / (norm.item() + 1e-6))
@@ -565,8 +569,8 @@ def test_prodigy_matches_its_authors_package(settings):
             d0=hp.prodigy_d0, d_coef=hp.prodigy_d_coef)
         for step in range(30):
             for optimizer in (ours, reference):
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_multiplier(step)
+                for group in optimizer.param_groups:  # (a first step at lr 0, as a warmup's, changes nothing)
+                    group["lr"] = lr_multiplier(step) if step else 0.0
             noise = gradients(model, seed=step)
             for p, q, target, n in zip(model.parameters(), theirs.parameters(), targets, noise):
                 q.grad = 0.5 * (q.detach() - target) + n
@@ -580,8 +584,11 @@ def test_prodigy_matches_its_authors_package(settings):
             assert error < tolerance, f"prodigy {dtype}: {n} relative error {error:.1e}"
 
 
-def scion_lmo_reference(m, lmo):
-    """LIONS-EPFL/scion scion.py's lmo of each norm, in float64 (their NS5 runs in bf16)."""
+def scion_lmo_reference(m, lmo, pieces=1):
+    """LIONS-EPFL/scion scion.py's lmo of each norm, in float64 (their NS5 runs in bf16); a fused matrix of
+    `pieces` matrices (q, k, v) as each of them, as the authors' GPT holds them."""
+    if pieces > 1:
+        return torch.cat([scion_lmo_reference(part, lmo) for part in m.chunk(pieces)])
     if lmo == "spectral":
         a, b, c = (3.4445, -4.7750, 2.0315)
         x = m.T if m.size(0) > m.size(1) else m
@@ -601,24 +608,27 @@ def scion_lmo_reference(m, lmo):
 def test_scion_matches_its_authors_reference():
     """Scion's step (its momentum, the lmo of each group's norm at its radius, the constrained update) against
     the authors' scion.py restated in float64, on the groups the builder makes of the tiny GPT (with biases):
-    the blocks' matrices Spectral at radius 3, the 1-D parameters BiasRMS at 3, the position table Sign at 1,
-    the tied embedding Sign normalised at 10. Ours runs NS5 in float32 on the CPU: within 1e-5."""
+    the blocks' matrices Spectral at radius 3 (the fused c_attn as the authors' separate q, k and v), the 1-D
+    parameters BiasRMS at 3, the position table Sign at 1, the tied embedding Sign normalised at 10. Ours runs
+    NS5 in float32 on the CPU: within 1e-5."""
     cfg = tiny_config(optimizer="scion", learning_rate=1e-2, scion_momentum=0.3)
     torch.manual_seed(0)
     model = GPT(GPTConfig(**TINY))
     optimizer = build_optimizer(model, cfg, "cpu")
-    lmos = {id(p): (g["lmo"], g["scale"]) for g in optimizer.param_groups for p in g["params"]}
-    assert sorted({lmo for lmo, _ in lmos.values()}) == ["bias_rms", "sign", "sign_normalized", "spectral"]
-    assert lmos[id(model.transformer.wte.weight)] == ("sign_normalized", 10.0)
+    lmos = {id(p): (g["lmo"], g["scale"], pieces) for g in optimizer.param_groups
+            for p, pieces in zip(g["params"], g["pieces"])}
+    assert lmos[id(model.transformer.h[0].attn.c_attn.weight)] == ("spectral", 3.0, 3)
+    assert sorted({lmo for lmo, _, _ in lmos.values()}) == ["bias_rms", "sign", "sign_normalized", "spectral"]
+    assert lmos[id(model.transformer.wte.weight)] == ("sign_normalized", 10.0, 1)
     reference = [p.detach().double().clone() for p in model.parameters()]
     buffers = [torch.zeros_like(p) for p in reference]
     for step in range(STEPS):
         grads = scheduled_step(model, optimizer, step)
         lr = cfg.learning_rate * lr_multiplier(step)
         for p, g, buffer, param in zip(reference, grads, buffers, model.parameters()):
-            lmo, scale = lmos[id(param)]
+            lmo, scale, pieces = lmos[id(param)]
             buffer.mul_(1 - 0.3).add_(g, alpha=0.3)
-            p.mul_(1 - lr).add_(scion_lmo_reference(buffer, lmo), alpha=-lr * scale)
+            p.mul_(1 - lr).add_(scion_lmo_reference(buffer, lmo, pieces), alpha=-lr * scale)
     for (n, p), expected in zip(model.named_parameters(), reference):
         error = ((p.detach().double() - expected).norm() / expected.norm()).item()
         assert error < 1e-5, f"scion: {n} relative error {error:.1e}"

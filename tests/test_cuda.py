@@ -5,6 +5,7 @@ the loop), torchrun with NCCL, and bench/gpu.py. Every test but the CPU smoke ru
 needs a CUDA device and skips without one.
 """
 
+import inspect
 import json
 import os
 import signal
@@ -75,6 +76,15 @@ def test_gpu_benchmark_smoke_run_on_cpu():
     assert all(row["tokens/s"] != "-" and row["step ms"] != "-" and row["note"] == "" for row in timed), timed
     assert all((row["model GiB"] != "-") == (row["optimizer"] != "SOAP") for row in memory_only), memory_only
     assert "optimizer step alone" in proc.stdout and "MARS-exact whole step" in proc.stdout
+
+
+def test_the_gpu_benchmarks_marked_step_takes_what_train_py_passes():
+    """bench.gpu times train.StepContext's step through a subclass: its forward_backward must take every argument
+    the loop passes (Sophia's Hessian pass calls it with sampled_labels, every 10th step, past the smoke run)."""
+    from bench.gpu import MarkedSteps
+
+    assert (inspect.signature(MarkedSteps.forward_backward).parameters.keys()
+            == inspect.signature(train.StepContext.forward_backward).parameters.keys())
 
 
 def test_gpu_benchmark_shards_the_model_as_train_py_does():
