@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
 
+from config import ConfigError
 from optim.adamw import decay_routing
 from optim.contract import HessianEstimate, Hyperparameters, Loop, beta, positive, setting
 from optim.routing import weight_decay_groups
@@ -57,6 +59,13 @@ class SophiaHyperparameters(Hyperparameters):
 
     def gradients_per_step(self) -> float:
         return 1 + 1 / self.sophia_hessian_interval  # the estimate is a forward-backward pass over a batch
+
+    def check_loop(self, cfg: Any) -> None:
+        if cfg.dtype == "float16":
+            # fp16's GradScaler skips a step whose gradients overflow; an overflowed estimate would put inf in h,
+            # which freezes those weights for good
+            raise ConfigError("dtype='float16' cannot be combined with Sophia, whose Hessian estimate the gradient "
+                              "scaler does not guard; use bfloat16")
 
 
 class Sophia(HessianEstimate, GroupwiseOptimizer):

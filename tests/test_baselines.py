@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from checkpoint import restore_training_state
+from config import ConfigError
 from model import LABEL_DRAW_RANGE, GPT, GPTConfig, sampled_labels
 from optim import HYPERPARAMETERS, OPTIMIZERS, build_optimizer, load_config
 from optim.adamw import decay_routing
@@ -294,6 +295,11 @@ def test_sophia_matches_its_authors_reference():
     for (n, p), expected in zip(model.named_parameters(), reference):
         error = ((p.detach().double() - expected).norm() / expected.norm()).item()
         assert error < 2e-6, f"sophia: {n} relative error {error:.1e}"
+
+
+def test_sophia_refuses_float16_by_name():
+    with pytest.raises(ConfigError, match="cannot be combined with Sophia"):
+        tiny_config(optimizer="sophia", dtype="float16")
 
 
 @pytest.mark.quick
