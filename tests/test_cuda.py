@@ -351,7 +351,11 @@ SHARDED_RESUME_RECIPES = {"mars_exact": ["config/mini_mars.py", "--is_approx=Fal
                           # compiled fused cross-entropy) every other step
                           "prodigy": ["config/mini_prodigy.py", "--prodigy_d0=1e-5", "--prodigy_d_coef=100"],
                           "sophia": ["config/mini_sophia.py", "--sophia_hessian_interval=2",
-                                     "--fused_cross_entropy=True"]}
+                                     "--fused_cross_entropy=True"],
+                          # the baselines with sharded machinery of their own: Adam-mini's blocks made whole by an
+                          # all-reduce, Scion's Newton-Schulz on owner ranks, Cautious AdamW's kept fraction
+                          "adam_mini": ["config/mini_adam_mini.py"], "scion": ["config/mini_scion.py"],
+                          "cautious_adamw": ["config/mini_cautious_adamw.py", "--bias=False"]}
 
 
 @needs_cuda
