@@ -319,6 +319,8 @@ class GPT(nn.Module):
         label_draws (B x T integers, sampled_labels) instead of targets: the loss against labels drawn from the
         model's own next-token distribution at those numbers (Sophia's Hessian estimate: optim/sophia.py)."""
         b, t = idx.size()
+        if targets is not None and label_draws is not None:
+            raise ValueError("give targets or label_draws, not both")
         if t > self.config.block_size:
             raise ValueError(f"sequence of length {t} is longer than block_size {self.config.block_size}")
         x = self.transformer.wte(idx)
