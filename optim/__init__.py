@@ -24,6 +24,7 @@ from optim.adamw import AdamWHyperparameters, build_adamw
 from optim.adopt import ADOPTHyperparameters, build_adopt
 from optim.cautious_adamw import CautiousAdamWHyperparameters, build_cautious_adamw
 from optim.contract import Builder, Hyperparameters, Loop
+from optim.kron import KronHyperparameters, build_kron
 from optim.lion import LionHyperparameters, build_lion
 from optim.mars import MARS, MARSHyperparameters, build_mars
 from optim.mars_m import MARSM, MARSMHyperparameters, build_mars_m
@@ -119,6 +120,9 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("scion", ScionHyperparameters, build_scion,
                       {"scion": MiniRecipe("config/mini_scion.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3),
                                            ("warmup_iters", "scion_momentum"))}),
+        OptimizerSpec("kron", KronHyperparameters, build_kron,
+                      {"kron": MiniRecipe("config/mini_kron.py", (5e-4, 1e-3, 2e-3, 4e-3),
+                                          ("warmup_iters", "beta1", "kron_precond_lr"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
                       {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                          ("warmup_iters", "beta2", "precondition_frequency"))}),

@@ -1,0 +1,291 @@
+"""
+Kron: PSGD with Kronecker-factored preconditioners (Li, 2018, "Preconditioned Stochastic Gradient Descent"), as
+Wen et al.'s benchmark runs it: levanter's Kron (stanford-crfm/levanter, src/levanter/optim/kron.py, its
+KronConfig defaults), the JAX PSGD Kron with its parameters cut into blocks. For each parameter, at step t:
+
+    m = beta1 m + (1 - beta1) g;   M = m / (1 - beta1^t)
+    M is laid out as blocks (layout below), each block with a preconditioner Q_d per dimension d, upper
+    triangular (Q_d of side n) or diagonal (q_d of n numbers); on update steps, with V ~ N(0, 1) over the blocks:
+        G = M + 2^-11.5 mean|M| V                       (the mean over the parameter's padded blocks)
+        A = Q_1 G Q_2^T;   B = Q_1^-T V Q_2^-1          (a diagonal side multiplies or divides by q)
+        triangular Q_d:  Q_d -= precond_lr triu(T_A - T_B) Q_d / (lb(T_A + T_B) + tiny)
+        diagonal q_d:    q_d -= precond_lr (T_A - T_B) q_d / (max|T_A + T_B| + tiny)
+      with T_A = A A^T (d = 1) or A^T A (d = 2), or for a diagonal side the sums of A^2 over the other
+      dimension (the same of B for T_B), lb a cheap lower bound of a symmetric matrix's spectral norm
+    P = Q_1^T Q_1 M Q_2^T Q_2  (the undamped M, the new Q's);   P = P / max(1, rms(P) / 1.1)
+    p = p - lr (P + weight_decay p)       (decay on the blocks' matrices: not on embeddings, norms, biases)
+
+Layout: a dimension of size 1 or over kron_max_size_triangular, or any dimension of a vector, is diagonal; a
+matrix whose two dimensions cost more than their product by levanter's heuristic (target 8192) is merged into
+a vector (diagonal only if both were); a non-diagonal dimension over kron_block_size is cut into blocks of that
+size, and every block is padded with zeros to a multiple of it in each dimension. Preconditioners start at
+init_scale^(1/ndim) times the identity (or ones). Updates follow a counter: the update probability is 1 for
+kron_update_prob_flat_start steps, then anneals as exp(-0.001 (t - flat_start)) to kron_update_prob_min, and a
+step updates when the steps since the last update reach 1/probability; every 100th update first rebalances each
+block's preconditioners to equal infinity norms. The loop's grad_clip is levanter's global clip (1.0).
+
+Under torch.distributed each parameter's preconditioning runs on one owner rank (sharding.on_owner_ranks):
+under FSDP its preconditioners are stored sharded over their blocks, so no rank holds every preconditioner, and
+only its owner assembles a parameter's whole momentum and preconditioners; under DDP the owner computes and
+broadcasts. The noise V is drawn from a generator seeded by (step, parameter index), so any world size draws
+the same (levanter's comes from a JAX key split per step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+from optim.adamw import decay_routing
+from optim.contract import GroupState, Hyperparameters, Loop, beta, positive, setting
+from optim.routing import weight_decay_groups
+from optim.rules import ListwiseOptimizer
+from optim.sharding import local, on_owner_ranks
+
+TINY = float(torch.finfo(torch.float32).tiny)
+BALANCE_EVERY = 100  # updates between rebalancings
+MERGE_TARGET = 8192  # levanter's target_merged_dim_size
+
+
+@dataclass
+class KronHyperparameters(Hyperparameters):
+    weight_decay: float = setting(0.1, 0.0)
+    beta1: float = beta(0.9)
+    kron_precond_lr: float = positive(0.1)
+    kron_precond_init_scale: float = positive(1.0)
+    kron_update_prob_min: float = setting(0.05, 0.0, 1.0, low_open=True)
+    kron_update_prob_flat_start: int = setting(500, 0)
+    kron_block_size: int = setting(256, 1)
+    kron_max_size_triangular: int = setting(25000, 1)
+    kron_merge_small_dims: bool = True
+
+    state_keys = ("kron_block_size", "kron_max_size_triangular", "kron_merge_small_dims")
+
+    def display_name(self) -> str:
+        return "Kron"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one parameter is laid out as blocks: its (merged) shape, which dimensions are diagonal, each
+    dimension's cut points, and the padded side of every block."""
+
+    shape: tuple[int, ...]
+    diagonal: tuple[bool, ...]
+    pieces: tuple[tuple[int, ...], ...]  # each dimension's piece sizes
+    padded: tuple[int, ...]
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(len(p) for p in self.pieces)
+
+
+def _merge_cost(size: int) -> float:
+    """levanter's cost of a dimension of this size against the merge target."""
+    if size < MERGE_TARGET:
+        return math.log2(MERGE_TARGET / size) + (100 * math.log2(1024 / size) if size < 1024 else 0.0)
+    return 10 * math.log2(size / MERGE_TARGET) + (1000 * math.log2(size / 65536) if size > 65536 else 0.0)
+
+
+def layout_of(shape: tuple[int, ...], block_size: int, max_size_triangular: int, merge: bool) -> Layout:
+    diagonal = tuple(size == 1 or size > max_size_triangular or len(shape) < 2 for size in shape)
+    if merge and len(shape) == 2 and _merge_cost(shape[0] * shape[1]) < _merge_cost(shape[0]) + _merge_cost(shape[1]):
+        shape, diagonal = (shape[0] * shape[1],), (diagonal[0] and diagonal[1],)
+    pieces = []
+    for size, diag in zip(shape, diagonal):
+        cut = [block_size] * ((size - 1) // block_size) + [size - block_size * ((size - 1) // block_size)]
+        pieces.append(tuple(cut) if not diag and size > block_size else (size,))
+    padded = tuple(-(-max(p) // block_size) * block_size for p in pieces)
+    return Layout(tuple(shape), diagonal, tuple(pieces), padded)
+
+
+def to_blocks(x: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """x (a parameter-shaped tensor) as its zero-padded blocks stacked: (blocks, *padded), row-major order."""
+    x = x.reshape(layout.shape)
+    parts = [x]
+    for d, sizes in enumerate(layout.pieces):
+        parts = [piece for part in parts for piece in part.split(list(sizes), dim=d)]
+    out = x.new_zeros((layout.blocks, *layout.padded))
+    for i, part in enumerate(parts):
+        out[(i, *[slice(0, s) for s in part.shape])] = part
+    return out
+
+
+def from_blocks(blocks: torch.Tensor, layout: Layout, shape: torch.Size) -> torch.Tensor:
+    """to_blocks undone: the blocks unpadded and put back together, in the parameter's shape."""
+    sizes = [sizes for sizes in layout.pieces]
+    index = np.ndindex(*[len(s) for s in sizes])
+    parts = [blocks[(i, *[slice(0, sizes[d][k]) for d, k in enumerate(ks)])] for i, ks in enumerate(index)]
+    for d in reversed(range(len(sizes))):
+        per = len(sizes[d])
+        parts = [torch.cat(parts[j : j + per], dim=d) for j in range(0, len(parts), per)]
+    return parts[0].reshape(shape)
+
+
+def kron_noise(step: int, index: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The preconditioner update's V for parameter `index` at `step`: a function of the two alone."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(np.random.SeedSequence([step, index]).generate_state(1)[0]))
+    return torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
+
+
+def _lower_bound(s: torch.Tensor) -> torch.Tensor:
+    """A cheap lower bound of each block's spectral norm, for symmetric s (blocks, n, n), as levanter's _lb."""
+    top = s.abs().amax(dim=(1, 2))
+    scaled = s / torch.where(top > 0, top, 1.0)[:, None, None]
+    column = (scaled * scaled).sum(1).argmax(1)
+    x = torch.einsum("bi,bij->bj", scaled[torch.arange(len(s)), :, column], scaled)
+    x = x / x.norm(dim=1, keepdim=True).clamp_min(TINY)
+    return torch.where(top > 0, top * torch.einsum("bj,bkj->bk", x, scaled).norm(dim=1), 0.0)
+
+
+def _apply(q: torch.Tensor, diagonal: bool, x: torch.Tensor, dim: int, transpose: bool = False) -> torch.Tensor:
+    """Blocks x (blocks, n1[, n2]) times a preconditioner along dimension `dim`: q x (q^T x with transpose) for
+    dim 1, x q^T (x q with transpose) for dim 2; a diagonal q scales that dimension."""
+    if diagonal:
+        return x * (q.unsqueeze(2) if dim == 1 and x.dim() == 3 else q.unsqueeze(1) if dim == 2 else q)
+    if dim == 2:
+        return x @ (q if transpose else q.mT)
+    m = q.mT if transpose else q
+    return m @ x if x.dim() == 3 else (m @ x.unsqueeze(2)).squeeze(2)
+
+
+def _solve(q: torch.Tensor, diagonal: bool, x: torch.Tensor, dim: int) -> torch.Tensor:
+    """q^-T x along dimension 1, x q^-1 along dimension 2 (q upper triangular); a diagonal q divides."""
+    if diagonal:
+        return _apply(1 / q, True, x, dim)
+    if dim == 2:
+        return torch.linalg.solve_triangular(q, x, upper=True, left=False)
+    column = x if x.dim() == 3 else x.unsqueeze(2)
+    solved = torch.linalg.solve_triangular(q.mT, column, upper=False)
+    return solved if x.dim() == 3 else solved.squeeze(2)
+
+
+def precondition(momentum: torch.Tensor, qs: list[torch.Tensor], layout: Layout, step: int, index: int,
+                 update: bool, balance: bool, precond_lr: float) -> list[torch.Tensor]:
+    """One parameter's Kron step on whole tensors (on its owner rank): [P, *new qs]."""
+    blocks = to_blocks(momentum.float(), layout)
+    qs = [q.float().clone() for q in qs]
+    if balance:
+        norms = torch.stack([q.abs().flatten(1).amax(1) for q in qs])  # (dims, blocks)
+        mean = norms.log().mean(0).exp()
+        qs = [q * (mean / n).view(-1, *[1] * (q.dim() - 1)) for q, n in zip(qs, norms)]
+    if update:
+        v = kron_noise(step, index, (layout.blocks, *layout.padded), momentum.device)  # (the padding too)
+        g = blocks + 2**-11.5 * blocks.abs().mean() * v
+        a, b = g, v
+        for d, (q, diag) in enumerate(zip(qs, layout.diagonal)):
+            a = _apply(q, diag, a, d + 1)
+            b = _solve(q, diag, b, d + 1)
+        new = []
+        for d, (q, diag) in enumerate(zip(qs, layout.diagonal)):
+            if diag:
+                others = [k for k in range(1, a.dim()) if k != d + 1]
+                ta, tb = (a * a).sum(others) if others else a * a, (b * b).sum(others) if others else b * b
+                denominator = (ta + tb).abs().flatten(1).amax(1).view(-1, 1) + TINY
+                new.append(q - precond_lr * (ta - tb) * q / denominator)
+            else:
+                if a.dim() == 2:
+                    ta, tb = a.unsqueeze(2) * a.unsqueeze(1), b.unsqueeze(2) * b.unsqueeze(1)
+                elif d == 0:
+                    ta, tb = a @ a.mT, b @ b.mT
+                else:
+                    ta, tb = a.mT @ a, b.mT @ b
+                step_size = precond_lr / (_lower_bound(ta + tb) + TINY)
+                new.append(q - step_size.view(-1, 1, 1) * (torch.triu(ta - tb) @ q))
+        qs = new
+    p = blocks
+    for d, (q, diag) in enumerate(zip(qs, layout.diagonal)):
+        p = _apply(q, diag, _apply(q, diag, p, d + 1), d + 1, transpose=True)
+    p = from_blocks(p, layout, momentum.shape)
+    p = p / torch.clamp_min(p.square().mean().sqrt() / 1.1, 1.0)
+    return [p, *qs]
+
+
+class Kron(GroupState, ListwiseOptimizer):
+    group_state_keys = ("kron_count", "kron_update_counter", "kron_balance_counter")
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, beta1: float = 0.9, weight_decay: float = 0.0,
+                 precond_lr: float = 0.1, init_scale: float = 1.0, update_prob_min: float = 0.05,
+                 update_prob_flat_start: int = 500, block_size: int = 256, max_size_triangular: int = 25000,
+                 merge_small_dims: bool = True):
+        super().__init__(params, dict(lr=lr, beta1=beta1, weight_decay=weight_decay, kron_count=0,
+                                      kron_update_counter=0, kron_balance_counter=0))
+        self.settings = dict(precond_lr=precond_lr, init_scale=init_scale, update_prob_min=update_prob_min,
+                             update_prob_flat_start=update_prob_flat_start)
+        params = [p for g in self.param_groups for p in g["params"]]
+        self.index = {id(p): i for i, p in enumerate(params)}
+        self.layouts = {id(p): layout_of(tuple(p.shape), block_size, max_size_triangular, merge_small_dims)
+                        for p in params}
+
+    def _state(self, p: torch.Tensor) -> dict:
+        state = self.state[p]
+        if not state:
+            layout = self.layouts[id(p)]
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            scale = self.settings["init_scale"] ** (1 / len(layout.shape))
+            for d, (side, diag) in enumerate(zip(layout.padded, layout.diagonal)):
+                one = torch.ones(side, device=p.device) if diag else torch.eye(side, device=p.device)
+                q = (scale * one).expand(layout.blocks, *one.shape).clone()
+                if isinstance(p, DTensor):  # sharded over the blocks, as the parameter over its rows
+                    q = distribute_tensor(q, p.device_mesh, [Shard(0)])
+                state[f"q{d}"] = q
+        return state
+
+    def _schedule(self, first: dict) -> tuple[int, bool, bool]:
+        """The step count and whether this step updates and rebalances the preconditioners (levanter's counter,
+        in float32 as its schedule is)."""
+        t = first["kron_count"] + 1
+        flat_start, floor = self.settings["update_prob_flat_start"], self.settings["update_prob_min"]
+        probability = torch.tensor(-0.001, dtype=torch.float32) * (t - flat_start)
+        probability = probability.exp().clamp(floor, 1.0)
+        counter = first["kron_update_counter"] + 1
+        update = bool(counter >= 1 / probability)
+        balances = first["kron_balance_counter"] + (1 if update else 0)
+        balance = update and balances >= BALANCE_EVERY
+        for group in self.param_groups:
+            group.update(kron_count=t, kron_update_counter=0 if update else counter,
+                         kron_balance_counter=0 if balance else balances)
+        return t, update, balance
+
+    def update_groups(self, groups: list[tuple[dict, list[torch.Tensor]]]) -> None:
+        t, update, balance = self._schedule(self.param_groups[0])
+        params = [p for _, members in groups for p in members]
+        states = [self._state(p) for p in params]
+        exp_avgs = [s["exp_avg"] for s in states]
+        beta1 = self.param_groups[0]["beta1"]
+        torch._foreach_lerp_(local(exp_avgs), local([p.grad for p in params]), 1.0 - beta1)
+        layouts = [self.layouts[id(p)] for p in params]
+        units = [[m] + [s[f"q{d}"] for d in range(len(layout.shape))] for m, s, layout in zip(exp_avgs, states, layouts)]
+        debias = 1 - beta1**t
+
+        def kron_step(i: int, whole: list[torch.Tensor]) -> list[torch.Tensor]:
+            return precondition(whole[0] / debias, whole[1:], layouts[i], t, self.index[id(params[i])], update,
+                                balance, self.settings["precond_lr"])
+
+        results = on_owner_ranks(units, kron_step, torch.float32)
+        updates = {}
+        for p, state, (direction, *qs) in zip(params, states, results):
+            for d, q in enumerate(qs):
+                local([state[f"q{d}"]])[0].copy_(local([q])[0])
+            updates[id(p)] = direction
+        for group, members in groups:
+            lr, weight_decay = group["lr"], group["weight_decay"]
+            if weight_decay:
+                torch._foreach_mul_(local(members), 1.0 - lr * weight_decay)
+            torch._foreach_add_(local(members), local([updates[id(p)] for p in members]), alpha=-lr)
+
+
+def build_kron(model: nn.Module, hp: KronHyperparameters, loop: Loop) -> Kron:
+    groups = weight_decay_groups(model, decay_routing("kron", False), hp.weight_decay)
+    return Kron(groups, lr=loop.learning_rate, beta1=hp.beta1, weight_decay=hp.weight_decay,
+                precond_lr=hp.kron_precond_lr, init_scale=hp.kron_precond_init_scale,
+                update_prob_min=hp.kron_update_prob_min, update_prob_flat_start=hp.kron_update_prob_flat_start,
+                block_size=hp.kron_block_size, max_size_triangular=hp.kron_max_size_triangular,
+                merge_small_dims=hp.kron_merge_small_dims)
