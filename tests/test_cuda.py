@@ -355,6 +355,7 @@ SHARDED_RESUME_RECIPES = {"mars_exact": ["config/mini_mars.py", "--is_approx=Fal
                           # the baselines with sharded machinery of their own: Adam-mini's blocks made whole by an
                           # all-reduce, Scion's Newton-Schulz on owner ranks, Cautious AdamW's kept fraction
                           "adam_mini": ["config/mini_adam_mini.py"], "scion": ["config/mini_scion.py"],
+                          "kron": ["config/mini_kron.py"],  # preconditioner stacks sharded over blocks
                           "cautious_adamw": ["config/mini_cautious_adamw.py", "--bias=False"]}
 
 
