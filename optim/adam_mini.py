@@ -36,7 +36,7 @@ import torch.nn as nn
 from optim.adamw import decay_routing
 from optim.contract import GroupState, Hyperparameters, Loop, beta, positive, setting
 from optim.routing import weight_decay_groups
-from optim.rules import ListwiseOptimizer
+from optim.rules import ListwiseOptimizer, flat_copy
 from optim.sharding import local, local_rows, shard_group
 
 Layout = list[tuple[int, int]]  # (rows per block, blocks), in row order, covering the parameter's rows
@@ -102,9 +102,7 @@ class AdamMini(GroupState, ListwiseOptimizer):
         states = [self._state(p) for p in params]
         grads = local([p.grad for p in params])
         # each block's mean of g^2: rows' sums of squares (this rank's rows), made whole, summed into blocks
-        flat = torch.empty(plan.local_numel, dtype=grads[0].dtype, device=grads[0].device)
-        squares = [part.view_as(g) for part, g in zip(flat.split(plan.local_numels), grads)]
-        torch._foreach_copy_(squares, grads)
+        flat, squares = flat_copy(grads)
         torch._foreach_mul_(squares, squares)
         row_sums = torch.zeros(plan.rows, dtype=flat.dtype, device=flat.device)
         row_sums.index_copy_(0, plan.local_row_positions,
@@ -140,9 +138,7 @@ class BlockPlan:
         device = params[0].device
         self.param_ids = [id(p) for p in params]
         blocks_local = local(params)
-        self.local_numels = [b.numel() for b in blocks_local]
         self.local_rows = [b.shape[0] for b in blocks_local]
-        self.local_numel = sum(self.local_numels)
         self.blocks = [sum(count for _, count in layouts[p]) for p in params]
         row_lengths, row_positions, row_blocks, block_rows, block_numels = [], [], [], [], []
         rows_before = blocks_before = 0

@@ -270,11 +270,8 @@ class Kron(GroupState, ListwiseOptimizer):
                                 balance, self.settings["precond_lr"])
 
         results = on_owner_ranks(units, kron_step, torch.float32)
-        updates = {}
-        for p, state, (direction, *qs) in zip(params, states, results):
-            for d, q in enumerate(qs):
-                local([state[f"q{d}"]])[0].copy_(local([q])[0])
-            updates[id(p)] = direction
+        torch._foreach_copy_(local([q for unit in units for q in unit[1:]]), local([q for r in results for q in r[1:]]))
+        updates = {id(p): direction for p, (direction, *_) in zip(params, results)}
         for group, members in groups:
             lr, weight_decay = group["lr"], group["weight_decay"]
             if weight_decay:

@@ -9,15 +9,16 @@ p where the decay is coupled) and p0 its value at the first step:
 
     m = beta1 m + d (1-beta1) g;   v = beta2 v + d^2 (1-beta2) g^2;   s = beta3 s + w g   ((d / d0) d with
     numerator = beta3 numerator + w sum_p <g, p0 - p>;                                      safeguard_warmup)
-    d_max = max(d_max, d_coef numerator / sum_p |s|_1);   then d = d_max
+    d = max(d, d_coef numerator / sum_p |s|_1)      (the reference's d_max, which its d equals when, as here,
+                                                      its growth_rate is unbounded)
     p = p - dlr weight_decay p  (decoupled decay);   p = p - dlr m / (sqrt(v) + d eps)
 
 where dlr is the old d's and the eps term the new d's. The sums run over every parameter of every group: one d
-for the whole model. Here d, d_max and the numerator are 0-d float64 tensors on the parameters' device (the
+for the whole model. Here d and the numerator are 0-d float64 tensors on the parameters' device (the
 reference's are Python floats, read with .item() per parameter: a host sync each), kept in every param group as
 the reference keeps them; under FSDP the two sums are each rank's blocks', all-reduced over the shard group, so
-d is the same at any world size. A step at learning rate 0 (a warmup's first) changes nothing, its count included,
-as the reference's returns early. Differences, none of which moves a GPT run: the reference skips a step whose
+d is the same at any world size. A step at learning rate 0 (a warmup's first) makes the state (p0 = p) and changes
+nothing else, its count included, as the reference's returns early. Differences, none of which moves a GPT run: the reference skips a step whose
 sum of |s| is zero (no gradient yet, ever), where this one applies the step's decoupled decay; its growth_rate
 is left at its default, unbounded; beta1 must be positive (the reference's beta1=0 variant steps on the raw
 gradient); p0 is always a copy of p (the reference keeps a 0-d zero for an all-zero parameter: the same values).
@@ -36,7 +37,7 @@ import torch.nn as nn
 from optim.adamw import decay_routing
 from optim.contract import GroupState, Hyperparameters, Loop, beta, positive, setting
 from optim.routing import weight_decay_groups
-from optim.rules import ListwiseOptimizer
+from optim.rules import ListwiseOptimizer, flat_copy
 from optim.sharding import local, shard_group
 
 Tensors = list[torch.Tensor]
@@ -63,7 +64,7 @@ class ProdigyHyperparameters(Hyperparameters):
 
 
 class Prodigy(GroupState, ListwiseOptimizer):
-    group_state_keys = ("k", "d", "d_max", "d_numerator")
+    group_state_keys = ("k", "d", "d_numerator")
 
     def __init__(self, params: Iterable, lr: float = 1.0, betas: tuple[float, float] = (0.9, 0.999),
                  beta3: float = 0.0, eps: float = 1e-8, weight_decay: float = 0.0, decouple: bool = True,
@@ -74,7 +75,7 @@ class Prodigy(GroupState, ListwiseOptimizer):
                                       safeguard_warmup=safeguard_warmup, d0=d0, d_coef=d_coef, k=0))
         device = self.param_groups[0]["params"][0].device
         for group in self.param_groups:
-            group["d"] = group["d_max"] = torch.full((), d0, dtype=torch.float64, device=device)
+            group["d"] = torch.full((), d0, dtype=torch.float64, device=device)
             group["d_numerator"] = torch.zeros((), dtype=torch.float64, device=device)
 
     def _state(self, p: torch.Tensor) -> dict:
@@ -97,7 +98,7 @@ class Prodigy(GroupState, ListwiseOptimizer):
         beta1, beta2 = first["betas"]
         beta3, k, d0 = first["beta3"], first["k"], first["d0"]
         # (a checkpoint's scalars load onto the CPU: moved once, to where the parameters are)
-        d, d_max, numerator = (first[key].to(device) for key in ("d", "d_max", "d_numerator"))
+        d, numerator = first["d"].to(device), first["d_numerator"].to(device)
         bias_correction = math.sqrt(1 - beta2 ** (k + 1)) / (1 - beta1 ** (k + 1)) if first["bias_correction"] else 1.0
         dlr = d * (lr * bias_correction)
         weight = d / d0 * (d if first["safeguard_warmup"] else dlr)
@@ -126,7 +127,7 @@ class Prodigy(GroupState, ListwiseOptimizer):
             dist.all_reduce(sums, group=group_of_shards)
         numerator = beta3 * numerator + sums[0]
         estimate = first["d_coef"] * numerator / sums[1]
-        d_max = torch.where(sums[1] > 0, torch.maximum(d_max, estimate), d_max)
+        new_d = torch.where(sums[1] > 0, torch.maximum(d, estimate), d)
         for group, params in groups:
             states = [self.state[p] for p in params]
             ps = local(params)
@@ -136,14 +137,14 @@ class Prodigy(GroupState, ListwiseOptimizer):
             # dlr m / (sqrt(v) + d eps), as (dlr / d) m / (sqrt(v) / d + eps): adding a tensor to a list of
             # tensors reads it on the host (torch 2.13), multiplying does not
             updates = torch._foreach_sqrt(exp_avg_sqs)
-            torch._foreach_mul_(updates, (1 / d_max).to(dtype))
+            torch._foreach_mul_(updates, (1 / new_d).to(dtype))
             torch._foreach_add_(updates, group["eps"])
             torch._foreach_reciprocal_(updates)
             torch._foreach_mul_(updates, exp_avgs)
-            torch._foreach_mul_(updates, (-dlr / d_max).to(dtype))
+            torch._foreach_mul_(updates, (-dlr / new_d).to(dtype))
             torch._foreach_add_(ps, updates)
         for group in self.param_groups:  # one d for every group, as the reference keeps it
-            group.update(d=d_max, d_max=d_max, d_numerator=numerator, k=group["k"] + 1)
+            group.update(d=new_d, d_numerator=numerator, k=group["k"] + 1)
 
 
 SUM_CHUNK = 1 << 24  # elements a float64 reduction converts at a time (64 MB), not the whole buffer at once
@@ -152,10 +153,7 @@ SUM_CHUNK = 1 << 24  # elements a float64 reduction converts at a time (64 MB), 
 def dot_sum(grads: Tensors, p0s: Tensors, params: Tensors) -> torch.Tensor:
     """sum over the tensors of <g, p0 - p>, accumulated in float64 (0-d): the products written into one flat buffer
     of views, reduced a chunk at a time. Accumulated in float64, the sum over FSDP blocks rounds as one process's."""
-    numels = [g.numel() for g in grads]
-    flat = torch.empty(sum(numels), dtype=grads[0].dtype, device=grads[0].device)
-    products = [part.view_as(g) for part, g in zip(flat.split(numels), grads)]
-    torch._foreach_copy_(products, p0s)
+    flat, products = flat_copy(p0s)
     torch._foreach_sub_(products, params)
     torch._foreach_mul_(products, grads)
     return torch.stack([part.sum(dtype=torch.float64) for part in flat.split(SUM_CHUNK)]).sum()

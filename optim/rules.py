@@ -309,6 +309,17 @@ def adam_state(state: dict, p: torch.Tensor, second_moment: bool, amsgrad: bool)
     return state
 
 
+def flat_copy(tensors: Tensors) -> tuple[torch.Tensor, Tensors]:
+    """A copy of tensors in one flat buffer (the first's dtype and device) and its views shaped as them: element-wise
+    work on the views, then one reduction over the buffer for all of them (Prodigy's dot products, Adam-mini's
+    sums of squares)."""
+    numels = [t.numel() for t in tensors]
+    flat = torch.empty(sum(numels), dtype=tensors[0].dtype, device=tensors[0].device)
+    views = [part.view_as(t) for part, t in zip(flat.split(numels), tensors)]
+    torch._foreach_copy_(views, tensors)
+    return flat, views
+
+
 def moment_buffers(state: dict, p: torch.Tensor) -> dict:
     """exp_avg and exp_avg_sq, created on first use, for the rules whose step count is their group's."""
     if not state:
