@@ -44,7 +44,8 @@ __all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", 
 @dataclass(frozen=True)
 class MiniRecipe:
     """A run of the CPU mini reproduction: its arguments after config/mini.py, the learning rates
-    scripts/mini_sweep.sh tries (its config's rate comes from that sweep), and the keys of the optimizer's own
+    scripts/mini_sweep.sh tries (its config's rate comes from that sweep, or from scripts/tune_mini.sh for the
+    recipes it tuned), and the keys of the optimizer's own
     that scripts/tune.py tunes beside the learning rate and weight decay (its warmup, its second-moment or
     momentum rate, and what its paper says matters most)."""
 
@@ -70,7 +71,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         # MARS-exact first: it is the longest, so parallel runs finish together (four rates: twice the
         # compute per step).
         OptimizerSpec("mars", MARSHyperparameters, build_mars, {
-            "mars_exact": MiniRecipe("config/mini_mars.py --is_approx=False", (1.5e-3, 3e-3, 6e-3, 1.2e-2),
+            "mars_exact": MiniRecipe("config/mini_mars.py config/mini_mars_exact.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2),
                                      ("warmup_iters", "beta2", "gamma")),
             "mars_approx": MiniRecipe("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
                                       ("warmup_iters", "beta2", "gamma")),

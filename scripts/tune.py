@@ -30,7 +30,14 @@ command by name with nothing run.
 
 Written to the folder as the recipes finish: tuning.md (per recipe: the noise, every key's tried values
 per round, the tuned point, seeds 1-4, the sensitivity, the runs), tuning.csv (every run: recipe, values,
-seed, best validation loss) and tuned.json (the tuned values per recipe, for config/mini_<x>.py).
+seed, best validation loss), tuned.json (the tuned values per recipe, for config/mini_<x>.py) and tuned/:
+the tuned points' runs as links in scripts/mini_paper.sh's layout (tuned/<recipe>/base/seed<N>), so that,
+once config/mini_<x>.py holds the tuned values, the tuned table is
+
+    python -m scripts.budget_ladder out/mini_tune/tuned --jobs 2    # AdamW's ladder; its 1x rung is linked
+
+start.json records each recipe's starting point when its tuning begins, and a rerun starts from it: the
+recipes' configs can take the tuned values without changing the path a resumed search takes.
 """
 
 from __future__ import annotations
@@ -183,6 +190,7 @@ class Tuner:
         tuning.centre = centre
         tuned = self.point(tuning, centre)
         tuning.final = self.scores([tuned], (SEARCH_SEED, *FINAL_SEEDS))[tuned]
+        link_tuned(self.root, tuning.recipe, tuned)
         for label, direction in (("0.5x", -1), ("2x", +1)):  # two steps of 2^(1/2) on the learning rate's ladder
             lr = ladder_ahead("learning_rate", centre["learning_rate"], direction, tuning.start, 2)[-1]
             tuning.sensitivity[label] = self.losses(tuning, centre, "learning_rate", [lr])[lr]
@@ -200,6 +208,31 @@ def start_values(base: list[str], recipe_args: list[str], keys: list[str]) -> di
             load_config([*base, *recipe_args, f"--{k}={text(LADDERS[k][0])}"])
         values[k] = text(getattr(cfg, k) if hasattr(cfg, k) else getattr(cfg.hyperparameters, k))
     return values
+
+
+def recorded_starts(root: str) -> dict[str, dict[str, str]]:
+    """start.json's starting points per recipe ({} in a new folder)."""
+    path = os.path.join(root, "start.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def link_tuned(root: str, recipe: str, tuned: sweep.Point) -> None:
+    """<root>/tuned/<recipe>/base/seed<N>: links to the tuned point's seeds 1-4, once all four have finished
+    (before that, --report-only's tuned point is only where an unfinished search stands)."""
+    seeds = (SEARCH_SEED, *FINAL_SEEDS)
+    if not all(sweep.finished_run(tuned.seed_folder(root, seed)) for seed in seeds):
+        return
+    folder = os.path.join(root, "tuned", recipe, "base")
+    os.makedirs(folder, exist_ok=True)
+    for seed in seeds:
+        link, target = os.path.join(folder, f"seed{seed}"), os.path.relpath(tuned.seed_folder(root, seed), folder)
+        if os.path.lexists(link) and os.readlink(link) != target:
+            os.remove(link)  # (a rerun whose tuned point moved)
+        if not os.path.lexists(link):
+            os.symlink(target, link)
 
 
 def reachable_first(recipe: str, keys: list[str], start: dict[str, str]) -> list[sweep.Point]:
@@ -290,7 +323,7 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
     for arg in base:
         if arg.startswith("--"):
             sweep.check_not_per_run(arg[2:].partition("=")[0], arg)
-    tunings = []
+    tunings, starts = [], recorded_starts(args.folder)
     for name in names:
         keys = [k for k in args.keys.split(",") if k] or ["learning_rate", "weight_decay", *recipes[name].tune]
         missing = [k for k in keys if k != "learning_rate" and k not in LADDERS]
@@ -302,10 +335,14 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
             start = start_values(base, recipe_args, keys)
         except InputError as e:
             raise InputError(f"recipe {name}: {e}") from None
+        start |= {k: v for k, v in starts.get(name, {}).items() if k in start}
+        starts[name] = starts.get(name, {}) | start
         sweep.check_points(args.folder, reachable_first(name, keys, start), SEARCH_SEED, base,
                            {name: recipe_args}, f"recipe {name}")
         tunings.append(RecipeTuning(name, keys, start))
     os.makedirs(args.folder, exist_ok=True)
+    with open(os.path.join(args.folder, "start.json"), "w") as f:
+        json.dump(starts, f, indent=1)
     tuner = Tuner(args.folder, base, {t.recipe: recipes[t.recipe].args.split() for t in tunings}, args.jobs,
                   args.report_only)
     budget, done = None, []

@@ -114,3 +114,40 @@ def test_a_capped_search_tries_no_key_after_the_cap():
     result = tuner.tune(tune.RecipeTuning("lion", KEYS, start), budget=6, max_rounds=4)
     assert result.capped == 6 and [t.key for t in result.tried] == ["learning_rate"], result.tried
     assert result.centre["warmup_iters"] == "200"
+
+
+def test_a_rerun_starts_from_the_recorded_start_not_from_a_config_since_tuned(tmp_path):
+    """start.json fixes each recipe's starting point when its tuning begins: once config/mini_adamw.py holds the
+    tuned values, the committed search still resumes along its own path."""
+    folder = tmp_path / "tune"
+    command = [PYTHON, "-m", "scripts.tune", str(folder), "config/mini.py", "--recipes", "adamw", "--keys",
+               "learning_rate,warmup_iters", "--report-only"]
+    subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    recorded = json.loads((folder / "start.json").read_text())["adamw"]
+    assert recorded == tune.start_values(["config/mini.py"], ["config/mini_adamw.py"], ["learning_rate", "warmup_iters"])
+    (folder / "start.json").write_text(json.dumps({"adamw": {"learning_rate": "0.002", "warmup_iters": "25"}}))
+    out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "start: learning_rate=0.002, warmup_iters=25" in out
+    assert json.loads((folder / "start.json").read_text())["adamw"] == {"learning_rate": "0.002", "warmup_iters": "25"}
+
+
+def test_the_tuned_point_is_linked_in_the_mini_reproductions_layout_once_seeds_1_to_4_finished(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "finished_run", lambda folder: os.path.isfile(os.path.join(folder, "metrics.jsonl")))
+    root, first, moved = str(tmp_path), sweep.Point("adamw", (("learning_rate", "0.004"),)), \
+        sweep.Point("adamw", (("learning_rate", "0.008"),))
+    for point in (first, moved):
+        for seed in (1, 2, 3, 4):
+            os.makedirs(point.seed_folder(root, seed))
+            if (point, seed) != (first, 4):
+                open(os.path.join(point.seed_folder(root, seed), "metrics.jsonl"), "w").close()
+    tune.link_tuned(root, "adamw", first)  # seed 4 not finished: no links yet
+    assert not os.path.exists(tmp_path / "tuned")
+    open(os.path.join(first.seed_folder(root, 4), "metrics.jsonl"), "w").close()
+    tune.link_tuned(root, "adamw", first)
+    links = [tmp_path / "tuned" / "adamw" / "base" / f"seed{s}" for s in (1, 2, 3, 4)]
+    assert [os.path.realpath(link) for link in links] == [os.path.realpath(first.seed_folder(root, s))
+                                                         for s in (1, 2, 3, 4)]
+    tune.link_tuned(root, "adamw", moved)  # a rerun whose tuned point moved
+    assert [os.path.realpath(link) for link in links] == [os.path.realpath(moved.seed_folder(root, s))
+                                                         for s in (1, 2, 3, 4)]
+    assert not os.path.isabs(os.readlink(links[0]))  # relative: the folder can be moved or unpacked elsewhere
