@@ -30,7 +30,9 @@ GB = 1e9 bytes.
                then holds its stash beside g_prev) per element of each kind of parameter (attention, mlp,
                embeddings, 1-D) and per tensor (step counts). A kept gradient (MARS's g_prev, MARS-exact's
                stash) is laid out as the gradients: under FSDP a view that keeps its unit's whole padded
-               reduce-scatter output; other state as its parameter's rows.
+               reduce-scatter output; other state as its parameter's rows. State sized by a parameter's
+               sides (SOAP's statistics and bases, Kron's preconditioners: state_layout) is taken at the
+               real widths instead, from one step on a one-block model on the meta device (side_state).
   activations  what the backward needs, as eager autograd saves it (flash SDPA; torch.compile, which the paper
                configs use, recomputes cheap element-wise outputs and saves less: this is an upper bound for
                it). Per token of the micro-batch (B x T tokens; C = n_embd, h heads, a = 2 bytes of the
@@ -57,7 +59,8 @@ GB = 1e9 bytes.
                allocator), cuBLAS and flash-attention workspaces, NCCL's buffers. Not modelled: the caching
                allocator's fragmentation, and the optimizer step's temporaries (none in fused AdamW and the
                compiled MARS rules; Muon's Nesterov direction and Newton-Schulz buffers, which live when the
-               activations and logits do not, and are smaller).
+               activations and logits do not, and are smaller; SOAP's and Kron's whole-parameter work on
+               each owner rank).
 
 Activations, logits and autocast's copies are taken at the largest of three moments: the forward's end
 (autocast's cache full; the cross-entropy's forward), the loss's backward (the logits' gradients) and a
@@ -94,7 +97,7 @@ from bench.recipes import paper_config_args
 import optim.newton_schulz
 from config import TrainConfig
 from model import GPT, GPTConfig, mlp_hidden
-from optim import load_config
+from optim import OPTIMIZERS, load_config
 from optim.sharding import balanced_owners, exchanged_bytes, row_blocks
 from optim.routing import parameter_kinds
 from errors import InputError, exit_on_input_error
@@ -207,6 +210,7 @@ class StateCost:
 class OptimizerProfile:
     state: dict[str, StateCost]  # by parameter kind
     newton_schulz_kinds: frozenset[str]  # kinds whose matrices go through Newton-Schulz
+    has_sides: bool = False  # whether it keeps "sides" state (state_layout), which side_state counts
 
 
 # The probe's model: one block, every matrix a distinct shape (so a Newton-Schulz call names its kind).
@@ -276,40 +280,106 @@ def take_profile(cfg: TrainConfig) -> OptimizerProfile:
     kind_of_shape = {tuple(p.shape): kind for kind, params in parameter_kinds(model).items() for p in params}
     largest = max(counts, key=lambda c: sum(cost.own + cost.kept_gradients + cost.per_tensor + cost.per_row
                                             for cost in c.values()))
-    return OptimizerProfile(largest, frozenset(kind_of_shape[s] for s in shapes))
+    has_sides = any(state_layout(v, p) == "sides" for p, state in optimizer.state.items() for v in state.values())
+    return OptimizerProfile(largest, frozenset(kind_of_shape[s] for s in shapes), has_sides)
+
+
+def state_layout(value, p: torch.Tensor) -> str | None:
+    """How an optimizer's state entry for parameter p is laid out: "elements" (p's shape), "tensor" (one number),
+    "rows" (a number per block of p's rows: Adam-mini's v), "sides" (matrices sized by p's sides, or a list of
+    them: SOAP's statistics and bases, Kron's preconditioners); None: not a tensor."""
+    if isinstance(value, (list, tuple)):
+        return "sides" if any(torch.is_tensor(v) for v in value) else None
+    if not torch.is_tensor(value):
+        return None
+    if value.shape == p.shape and value.numel() > 1:
+        return "elements"
+    if value.numel() == 1:
+        return "tensor"
+    if value.ndim == 1 and value.numel() <= p.shape[0]:
+        return "rows"
+    return "sides"
 
 
 def _count_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, gradient_storages: set[int]
                  ) -> dict[str, StateCost]:
-    """Bytes of state per element and per tensor, by kind (each storage counted once)."""
+    """Bytes of state per element, per tensor and per row, by kind (each storage counted once); the "sides"
+    state is side_state's, counted at the real model's size."""
     seen, costs = set(), {}
     for kind, params in parameter_kinds(model).items():
         own = kept = per_tensor = per_row = 0
         for p in params:
-            for name, value in optimizer.state.get(p, {}).items():
-                if isinstance(value, (list, tuple)) and any(torch.is_tensor(v) for v in value):
-                    raise InputError(f"bench.memory does not model {type(optimizer).__name__}'s state {name!r} (a list "
-                                     "of matrices sized by each side of a parameter, such as SOAP's statistics and "
-                                     "bases): measure its memory on a GPU (torch.cuda.max_memory_allocated)")
-                if not torch.is_tensor(value) or value.untyped_storage().data_ptr() in seen:
+            for value in optimizer.state.get(p, {}).values():
+                layout = state_layout(value, p)
+                if layout in (None, "sides") or value.untyped_storage().data_ptr() in seen:
                     continue
                 seen.add(value.untyped_storage().data_ptr())
-                if value.numel() == p.numel() and value.numel() > 1:
-                    if value.untyped_storage().data_ptr() in gradient_storages:
-                        kept += value.numel() * value.element_size()
-                    else:
-                        own += value.numel() * value.element_size()
-                elif value.numel() == 1:
-                    per_tensor += value.element_size()
-                elif value.ndim == 1 and value.numel() <= p.shape[0]:  # a number per block of rows
-                    per_row += value.numel() * value.element_size()
+                size = value.numel() * value.element_size()
+                if layout == "elements" and value.untyped_storage().data_ptr() in gradient_storages:
+                    kept += size
+                elif layout == "elements":
+                    own += size
+                elif layout == "tensor":
+                    per_tensor += size
                 else:
-                    raise InputError(f"bench.memory does not model {type(optimizer).__name__}'s state {name!r} of "
-                                     f"shape {tuple(value.shape)} for a parameter of shape {tuple(p.shape)}")
+                    per_row += size
         elements = sum(p.numel() for p in params)
         costs[kind] = StateCost(own / elements, kept / elements, per_tensor / len(params),
                                 per_row / sum(p.shape[0] for p in params))
     return costs
+
+
+@dataclass(frozen=True)
+class SideState:
+    """An optimizer's "sides" state (state_layout) at the real model's widths: each tensor's shape and element
+    size, for the root's parameters (embeddings, head, final norm) and for one block's (every block's is the
+    same); the block count; and whether FSDP shards the tensors on dim 0 (Kron's preconditioner stacks, over
+    their blocks) or every rank holds them whole (SOAP's statistics and bases)."""
+
+    root: tuple[tuple[tuple[int, ...], int], ...]
+    block: tuple[tuple[tuple[int, ...], int], ...]
+    n_layer: int
+    sharded: bool
+
+    def held(self, world_size: int) -> float:
+        """Bytes each rank holds of it, sharded over world_size ranks (1: whole): a sharded tensor's local block
+        keeps a storage of ceil(dim 0 / world_size) rows on every rank (distribute_tensor pads it, as FSDP2
+        pads its shards), even where the block itself is shorter or empty."""
+
+        def held_bytes(tensors: tuple[tuple[tuple[int, ...], int], ...]) -> int:
+            rows = (lambda n: -(-n // world_size)) if self.sharded else (lambda n: n)
+            return sum(size * rows(shape[0]) * math.prod(shape[1:]) for shape, size in tensors)
+
+        return held_bytes(self.root) + self.n_layer * held_bytes(self.block)
+
+
+_SIDE_STATES: dict[str, SideState] = {}
+
+
+def side_state(cfg: TrainConfig) -> SideState:
+    """A step of cfg's optimizer on cfg's model with one block, built on the meta device (the real widths, no
+    memory, no arithmetic): its "sides" state, which the probe's small shapes cannot scale up."""
+    from optim import build_optimizer
+
+    hp = cfg.hyperparameters
+    model_args = cfg.model_args() | dict(n_layer=1)
+    key = repr((cfg.optimizer, [getattr(hp, k) for k in hp.state_keys], sorted(model_args.items())))
+    if key not in _SIDE_STATES:
+        with torch.device("meta"):
+            model = GPT(GPTConfig(**model_args))
+        optimizer = build_optimizer(model, dataclasses.replace(cfg, device="cpu", compile=False), "cpu")
+        for p in model.parameters():
+            p.grad = torch.empty_like(p)
+        optimizer.step()  # (SOAP and Kron make their statistics, bases and preconditioners in their first step)
+        in_block = {id(p) for p in model.transformer.h.parameters()}
+        root, block = [], []
+        for p in model.parameters():
+            values = [v for v in optimizer.state.get(p, {}).values() if state_layout(v, p) == "sides"]
+            flat = [t for v in values for t in (v if isinstance(v, (list, tuple)) else [v]) if torch.is_tensor(t)]
+            (block if id(p) in in_block else root).extend((tuple(t.shape), t.element_size()) for t in flat)
+        _SIDE_STATES[key] = SideState(tuple(root), tuple(block), cfg.model_args()["n_layer"],
+                                      getattr(optimizer, "side_state_sharded", False))
+    return _SIDE_STATES[key]
 
 
 # ----------------------------------------------------------------------------- memory
@@ -388,10 +458,12 @@ def gradient_items(run: Run, tensors: list[Tensor], rank: int) -> list[Item]:
 
 
 def state_item(run: Run, tensors: list[Tensor], rank: int) -> Item:
-    costs = optimizer_profile(run.cfg).state
-    n = run.shards()
+    profile = optimizer_profile(run.cfg)
+    costs, n = profile.state, run.shards()
     state = sum(costs[t.kind].own * t.local(n, rank) + costs[t.kind].per_tensor + costs[t.kind].per_row * t.shape[0]
                 for t in tensors)
+    if profile.has_sides:
+        state += side_state(run.cfg).held(n)
     if run.fsdp:
         # A kept gradient is a view of its FSDP unit's reduce-scatter output, which it keeps whole (the unit's
         # other gradients, 1-D ones too, and the padding)
@@ -590,6 +662,19 @@ def print_readme_tables(world_size: int = 8) -> None:
                       f"{by_ddp.get('Newton-Schulz results', 0) / GB:.2f} GB | "
                       f"{by_fsdp['all-gather (weights)'] / GB:.2f} GB | "
                       f"{by_fsdp['reduce-scatter (fp32 gradients)'] / GB:.2f} GB | {ns5 / GB:.2f} GB |")
+
+
+    print()
+    print(f"| optimizer | state, x fp32 weights | XL, DDP over {world_size} | XL, FSDP over {world_size} + AC |")
+    print("| --- | --- | --- | --- |")
+    for name in OPTIMIZERS:  # every optimizer of the registry with its paper recipe, on GPT-2 XL's paper run
+        recipe = ["config/gpt2_xl.py", f"config/paper_{name.replace('-', '_')}.py"]
+        runs = [Run(load_config([*recipe, *layout]), world_size)
+                for layout in (LAYOUTS[0], LAYOUTS[2])]
+        state = next(item for item in memory(runs[0]) if item.key == "optimizer state")
+        ratio = state.bytes / held_bytes(model_tensors(runs[0].cfg), 1, 0, padded=False)
+        cells = " | ".join(f"{total(memory(run)) / GB:.1f} GB" for run in runs)
+        print(f"| {runs[0].cfg.hyperparameters.display_name()} | {ratio:.2f} | {cells} |")
 
 
 def main(argv: list[str] | None = None) -> None:

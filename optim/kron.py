@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from optim.adamw import decay_routing
@@ -106,30 +107,29 @@ def layout_of(shape: tuple[int, ...], block_size: int, max_size_triangular: int,
 
 
 def to_blocks(x: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """x (a parameter-shaped tensor) as its zero-padded blocks stacked: (blocks, *padded), row-major order."""
-    x = x.reshape(layout.shape)
-    parts = [x]
-    for d, sizes in enumerate(layout.pieces):
-        parts = [piece for part in parts for piece in part.split(list(sizes), dim=d)]
-    out = x.new_zeros((layout.blocks, *layout.padded))
-    for i, part in enumerate(parts):
-        out[(i, *[slice(0, s) for s in part.shape])] = part
-    return out
+    """x (a parameter-shaped tensor) as its zero-padded blocks stacked: (blocks, *padded), row-major order. A
+    dimension's pieces are consecutive and only its last is short, so padding each dimension at its end to
+    (pieces x padded side) puts every block in place: one pad and one copy, whatever the number of blocks."""
+    counts = [len(p) for p in layout.pieces]
+    ends = [count * side - size for size, count, side in zip(layout.shape, counts, layout.padded)]
+    x = F.pad(x.reshape(layout.shape), [n for end in reversed(ends) for n in (0, end)])
+    interleaved = [n for count, side in zip(counts, layout.padded) for n in (count, side)]
+    order = [*range(0, 2 * len(counts), 2), *range(1, 2 * len(counts), 2)]  # the piece indices, then the sides
+    return x.reshape(interleaved).permute(order).reshape(layout.blocks, *layout.padded)
 
 
 def from_blocks(blocks: torch.Tensor, layout: Layout, shape: torch.Size) -> torch.Tensor:
-    """to_blocks undone: the blocks unpadded and put back together, in the parameter's shape."""
-    sizes = [sizes for sizes in layout.pieces]
-    index = np.ndindex(*[len(s) for s in sizes])
-    parts = [blocks[(i, *[slice(0, sizes[d][k]) for d, k in enumerate(ks)])] for i, ks in enumerate(index)]
-    for d in reversed(range(len(sizes))):
-        per = len(sizes[d])
-        parts = [torch.cat(parts[j : j + per], dim=d) for j in range(0, len(parts), per)]
-    return parts[0].reshape(shape)
+    """to_blocks undone: the blocks put back together and unpadded, in the parameter's shape."""
+    counts, dims = [len(p) for p in layout.pieces], len(layout.pieces)
+    x = blocks.reshape(*counts, *layout.padded).permute([k for d in range(dims) for k in (d, dims + d)])
+    x = x.reshape([count * side for count, side in zip(counts, layout.padded)])
+    return x[tuple(slice(0, size) for size in layout.shape)].reshape(shape)
 
 
 def kron_noise(step: int, index: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """The preconditioner update's V for parameter `index` at `step`: a function of the two alone."""
+    if device.type == "meta":  # (no values to draw: bench.memory's and the host-read test's meta steps)
+        return torch.empty(shape, device=device, dtype=torch.float32)
     generator = torch.Generator(device=device)
     generator.manual_seed(int(np.random.SeedSequence([step, index]).generate_state(1)[0]))
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
@@ -210,6 +210,7 @@ def precondition(momentum: torch.Tensor, qs: list[torch.Tensor], layout: Layout,
 
 class Kron(GroupState, ListwiseOptimizer):
     group_state_keys = ("kron_count", "kron_update_counter", "kron_balance_counter")
+    side_state_sharded = True  # under FSDP the preconditioner stacks are sharded over their blocks (bench.memory)
 
     def __init__(self, params: Iterable, lr: float = 1e-3, beta1: float = 0.9, weight_decay: float = 0.0,
                  precond_lr: float = 0.1, init_scale: float = 1.0, update_prob_min: float = 0.05,

@@ -1,6 +1,6 @@
 """
 bench/memory.py's model of memory per GPU against what is really held, on CPU:
-  - under torchrun on gloo (2 and 4 ranks, DDP and FSDP, AdamW, MARS-approx, MARS-exact, Muon), the bytes
+  - under torchrun on gloo (2 and 4 ranks, DDP and FSDP, AdamW, MARS-approx, MARS-exact, Muon, Kron, SOAP), the bytes
     each rank holds in parameters, gradients and optimizer state (their tensors' storages, each counted once)
     during real training steps through train.StepContext, with gradient accumulation;
   - the peak of the tensors a forward-backward pass makes (activations and logits), fp32 and bf16 autocast,
@@ -32,11 +32,13 @@ from bench.memory import (
 )
 from conftest import PYTHON, REPO, torchrun
 from model import GPT, GPTConfig
-from optim import build_optimizer, load_config, mini_recipes
+from optim import OPTIMIZERS, build_optimizer, load_config, mini_recipes
 from parallel import parallelize
 from runtime import Runtime, autocast_context, close_runtime, join_process_group
 
-RECIPES = {name: mini_recipes()[name].args.split() for name in ("adamw", "mars_approx", "mars_exact", "muon")}
+# (Kron and SOAP: state sized by each side of a parameter, Kron's sharded over its blocks, SOAP's whole on every rank)
+RECIPES = {name: mini_recipes()[name].args.split() for name in ("adamw", "mars_approx", "mars_exact", "muon", "kron",
+                                                                 "soap")}
 # Rows that split unevenly over 4 ranks (c_attn 102, the vocabulary 90, positions 30, biases and LayerNorms 34),
 # so FSDP2's padded blocks differ from the rows a rank holds; two micro-steps per pass.
 SHAPE = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--vocab_size=90", "--bias=True",
@@ -88,7 +90,7 @@ def measure(name: str, data_parallel: str, rt: Runtime) -> dict[str, int]:
 
     def at_step(*_) -> None:
         grads = storage_bytes(p.grad for p in params)
-        state = storage_bytes(v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
+        state = storage_bytes(t for s in optimizer.state.values() for t in tree_leaves(s) if torch.is_tensor(t))
         held["weights"] = max(held["weights"], sum(storage_bytes(params).values()))
         held["gradients"] = max(held["gradients"], sum(grads.values()))
         held["state"] = max(held["state"], sum(v for k, v in state.items() if k not in grads))
@@ -238,7 +240,7 @@ def test_readme_tables_are_the_commands(capsys):
     print_readme_tables()
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and " GB |" in line]
     readme = (REPO / "docs" / "memory.md").read_text()
-    assert len(rows) == 16 + 12 and [row for row in rows if row not in readme] == []
+    assert len(rows) == 16 + 12 + len(OPTIMIZERS) and [row for row in rows if row not in readme] == []
 
 
 if __name__ == "__main__":  # torchrun: tests/test_memory.py OUT DATA_PARALLEL[,DATA_PARALLEL]
@@ -255,10 +257,22 @@ if __name__ == "__main__":  # torchrun: tests/test_memory.py OUT DATA_PARALLEL[,
     close_runtime()
 
 
-def test_state_the_model_cannot_scale_is_refused_by_name():
-    """SOAP's statistics and bases are matrices sized by each side of a parameter, which the probe's
-    small model cannot scale to GPT-2's: a named error, not a total that leaves them out."""
-    proc = subprocess.run([PYTHON, "-m", "bench.memory", "config/gpt2_small_soap.py", "--world_size", "8"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert "does not model SOAP's state 'GG'" in proc.stderr and "total per GPU" not in proc.stdout
+def test_state_sized_by_sides_is_counted_at_the_real_widths():
+    """SOAP's statistics and bases and Kron's preconditioners are matrices sized by a parameter's sides, which the
+    probe's small model cannot scale up: on GPT-2 small, bench.memory's state (a one-block model on the meta
+    device, times its blocks) is, to the byte, what their rules make of each parameter."""
+    from optim.kron import layout_of
+
+    for name in ("soap", "kron"):
+        cfg = load_config(["config/gpt2_small.py", f"config/paper_{name}.py"])
+        hp, expected = cfg.hyperparameters, 0
+        for t in model_tensors(cfg):
+            expected += 4 * t.numel * (2 if name == "soap" else 1)  # SOAP's m and v, Kron's m
+            if name == "soap" and (len(t.shape) == 2 or hp.precondition_1d):
+                expected += 4 * 2 * sum(n * n for n in t.shape if n <= hp.max_precond_dim)  # GG and Q per side
+            elif name == "kron":
+                layout = layout_of(t.shape, hp.kron_block_size, hp.kron_max_size_triangular, hp.kron_merge_small_dims)
+                expected += 4 * layout.blocks * sum(side if diagonal else side * side
+                                                    for side, diagonal in zip(layout.padded, layout.diagonal))
+        predicted = next(item.bytes for item in memory(Run(cfg, 1)) if item.key == "optimizer state")
+        assert predicted == expected, name
