@@ -51,14 +51,19 @@ import signal
 import statistics
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from errors import InputError, at_least, exit_on_input_error
 from scripts import sweep
+
+if TYPE_CHECKING:
+    from scripts.report import Run
 
 BASE = "config/mini.py"
 ANCHOR = "adamw"  # tuned first; its search's run count caps every other recipe's
 NOISE_SEEDS, SEARCH_SEED, FINAL_SEEDS = (1, 2, 3), 1, (2, 3, 4)
 LR_STEP = math.sqrt(2)  # the learning rate's ladder: a factor of 2^(1/2) between neighbours
+RUN_GAP = 60.0  # seconds: metrics rows are seconds apart; a longer gap is a stopped and resumed run
 WARMUPS = (0, 6, 12, 25, 50, 100, 150, 200)  # steps, of the mini run's 256
 LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its ladder where it falls
     "weight_decay": (0.0, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0),
@@ -245,13 +250,31 @@ def reachable_first(recipe: str, keys: list[str], start: dict[str, str]) -> list
     return points
 
 
+def core_seconds(folder: str) -> float:
+    """A run's time on its core, from its metrics rows' clocks: a gap over RUN_GAP between two rows straddles a
+    stop and its resume, and counts as RUN_GAP."""
+    from scripts.report import read_rows
+
+    times = [row["time"] for row in read_rows(os.path.join(folder, "metrics.jsonl")) if "time" in row]
+    return sum(min(later - earlier, RUN_GAP) for earlier, later in zip(times, times[1:]))
+
+
+def finished_runs(root: str, recipe: str) -> list[tuple[str, str, Run]]:
+    """Every finished run of a recipe's tuning: (its point's folder name, seed folder, run)."""
+    return [(os.path.basename(os.path.dirname(folder)), folder, run)
+            for folder, _, _ in sorted(os.walk(os.path.join(root, recipe)))
+            if os.path.basename(folder).startswith("seed") and (run := sweep.finished_run(folder))]
+
+
 def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
     lines = ["# Mini recipes tuned by coordinate descent (python -m scripts.tune)", "",
              "Best validation loss (nats per byte). Noise: the standard deviation over seeds 1-3 at the recipe's "
              "own point; a move must beat it. Runs: the noise and the search (seed 1); then seeds 2-4 at the "
-             "tuned point and the sensitivity runs.", "",
-             "| recipe | runs | noise | recipe's point, seeds 1-3 | tuned point | tuned, seeds 1-4 | 0.5x lr | 2x lr |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "tuned point and the sensitivity runs. Core-hours: every finished run of the recipe, one core each.",
+             "", "| recipe | runs | noise | recipe's point, seeds 1-3 | tuned point | tuned, seeds 1-4 | 0.5x lr | "
+             "2x lr | core-hours |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    hours = {t.recipe: sum(core_seconds(folder) for _, folder, _ in finished_runs(root, t.recipe)) / 3600
+             for t in tunings}
     for t in tunings:
         changed = ", ".join(f"{k}={t.centre[k]}" for k in t.keys if t.centre[k] != t.start[k]) or "unchanged"
         final = f"{t.final.mean:.4f} ± {t.final.std:.4f} ({len(t.final.losses)})" if t.final and t.final.losses \
@@ -259,7 +282,11 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
         start = f"{statistics.mean(t.start_losses):.4f}" if t.start_losses else "-"
         runs = f"{len(t.search_runs)}{' (capped)' if t.capped else ''}"
         lines.append(f"| {t.recipe} | {runs} | {t.noise:.4f} | {start} | {changed} | {final} | "
-                     f"{t.sensitivity.get('0.5x', math.inf):.4f} | {t.sensitivity.get('2x', math.inf):.4f} |")
+                     f"{t.sensitivity.get('0.5x', math.inf):.4f} | {t.sensitivity.get('2x', math.inf):.4f} | "
+                     f"{hours[t.recipe]:.1f} |")
+    runs = sum(len(finished_runs(root, t.recipe)) for t in tunings)
+    lines += ["", f"In all: {runs} finished runs, {sum(hours.values()):.1f} core-hours "
+                  f"({sum(hours.values()) / 2:.1f} hours of two cores)."]
     for t in tunings:
         lines += ["", f"## {t.recipe}", "", "start: " + ", ".join(f"{k}={v}" for k, v in t.start.items()),
                   "tuned: " + ", ".join(f"{k}={v}" for k, v in t.centre.items()), ""]
@@ -275,12 +302,8 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
         f.write(text_out)
     with open(os.path.join(root, "tuned.json"), "w") as f:
         json.dump({t.recipe: t.centre for t in tunings if t.centre}, f, indent=1)
-    rows = []
-    for recipe in sorted({t.recipe for t in tunings}):
-        for folder, _, files in sorted(os.walk(os.path.join(root, recipe))):
-            if os.path.basename(folder).startswith("seed") and (run := sweep.finished_run(folder)):
-                rows.append([recipe, os.path.basename(os.path.dirname(folder)), os.path.basename(folder)[4:],
-                             f"{run.best_val_loss:.6f}"])
+    rows = [[recipe, point, os.path.basename(folder)[4:], f"{run.best_val_loss:.6f}"]
+            for recipe in sorted({t.recipe for t in tunings}) for point, folder, run in finished_runs(root, recipe)]
     with open(os.path.join(root, "tuning.csv"), "w", newline="") as f:
         csv.writer(f).writerows([["recipe", "values", "seed", "best_val_loss"], *rows])
     return text_out

@@ -151,3 +151,11 @@ def test_the_tuned_point_is_linked_in_the_mini_reproductions_layout_once_seeds_1
     assert [os.path.realpath(link) for link in links] == [os.path.realpath(moved.seed_folder(root, s))
                                                          for s in (1, 2, 3, 4)]
     assert not os.path.isabs(os.readlink(links[0]))  # relative: the folder can be moved or unpacked elsewhere
+
+
+def test_a_runs_core_time_leaves_out_the_time_it_was_stopped(tmp_path):
+    rows = [dict(type="val", step=0, tokens=0, val_loss=5.0, time=100.0)]
+    rows += [dict(type="train", step=s, ms_per_step=430.0, time=100.0 + s / 8 * 3.5) for s in (8, 16)]  # 3.5 s apart
+    rows += [dict(type="train", step=24, ms_per_step=430.0, time=5000.0), dict(type="val", step=32, tokens=1, val_loss=4.0, time=5004.0)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert tune.core_seconds(str(tmp_path)) == pytest.approx(3.5 + 3.5 + tune.RUN_GAP + 4.0)
