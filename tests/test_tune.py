@@ -151,6 +151,9 @@ def test_the_tuned_point_is_linked_in_the_mini_reproductions_layout_once_seeds_1
     assert [os.path.realpath(link) for link in links] == [os.path.realpath(moved.seed_folder(root, s))
                                                          for s in (1, 2, 3, 4)]
     assert not os.path.isabs(os.readlink(links[0]))  # relative: the folder can be moved or unpacked elsewhere
+    os.remove(os.path.join(first.seed_folder(root, 4), "metrics.jsonl"))
+    tune.link_tuned(root, "adamw", first)  # moved back, to a point whose seed 4 has not finished: no links
+    assert not any(os.path.lexists(link) for link in links)
 
 
 def test_a_runs_core_time_leaves_out_the_time_it_was_stopped(tmp_path):
@@ -159,3 +162,19 @@ def test_a_runs_core_time_leaves_out_the_time_it_was_stopped(tmp_path):
     rows += [dict(type="train", step=24, ms_per_step=430.0, time=5000.0), dict(type="val", step=32, tokens=1, val_loss=4.0, time=5004.0)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert tune.core_seconds(str(tmp_path)) == pytest.approx(3.5 + 3.5 + tune.RUN_GAP + 4.0)
+
+
+def test_no_recipe_is_held_to_a_stricter_threshold_than_adamws(tmp_path):
+    """A recipe whose three seeds spread more than AdamW's moves where it beats AdamW's noise: a 0.004 gain at
+    beta2 0.98, within this recipe's own noise (0.01), beats a noise cap of 0.003."""
+
+    class Gentle(SyntheticTuner):
+        def scores(self, points, seeds):
+            return {p: sweep.Score([score - (0.004 if dict(p.values)["beta2"] == "0.98" else 0.0)
+                                    for score in s.losses], 0) for p, s in super().scores(points, seeds).items()}
+
+    own = Gentle().tune(tune.RecipeTuning("lion", KEYS, dict(START)), None, 4)
+    capped = Gentle().tune(tune.RecipeTuning("lion", KEYS, dict(START)), None, 4, noise_cap=0.003)
+    assert (own.threshold, own.centre["beta2"]) == (pytest.approx(0.01), "0.95")
+    assert (capped.noise, capped.threshold, capped.centre["beta2"]) == (pytest.approx(0.01), 0.003, "0.98")
+    assert f"| lion | {len(capped.search_runs)} | 0.0100 (0.0030) |" in tune.write_outputs(str(tmp_path), [capped])
