@@ -357,5 +357,17 @@ def test_the_report_ranks_its_optimizers_beside_the_published_ones(tmp_path):
             write_run(tmp_path / f"{name}{seed}", [11.0, loss + 0.01 * seed], total_iters=10, optimizer=name, seed=seed)
     lines = report.ranking_section(report.find_runs([str(tmp_path)]))
     row = next(line for line in lines if line.startswith("| Wen et al."))
-    assert "| Muon, AdamW, NAdamW, Lion | Muon, NAdamW, AdamW, Lion | 0.67 " in row, row
+    assert "| Muon > AdamW > NAdamW > Lion | Muon > NAdamW > AdamW > Lion | 0.67 " in row, row
     assert rankings.agreement({"AdamW": 1.0, "Muon": 0.5}, rankings.PUBLISHED["Wen et al. 130M, 1x Chinchilla"]) is None
+
+
+@pytest.mark.quick
+def test_a_ranking_in_tiers_counts_a_tiers_members_as_tied():
+    """Semenov et al. rank in tiers (their text, not their figures): which of two optimizers of one tier is
+    ahead here changes nothing, and the row shows the tiers."""
+    ours = {"AdEMAMix": 1.0, "SOAP": 2.0, "Moonlight": 2.5, "AdamW": 3.0, "Lion": 4.0}
+    swapped = dict(ours, SOAP=2.5, Moonlight=2.0)
+    theirs = next(ranking for name, ranking in rankings.PUBLISHED.items() if name.startswith("Semenov"))
+    (common, tau, _), (_, tau_swapped, _) = rankings.agreement(ours, theirs), rankings.agreement(swapped, theirs)
+    assert set(common) == set(ours) and tau == tau_swapped and 0.9 < tau < 1.0  # (tau-b: ties keep it below 1)
+    assert "| AdEMAMix > Moonlight, SOAP > AdamW > Lion |" in "\n".join(rankings.agreement_lines(ours))
