@@ -7,6 +7,7 @@
 # out/mini_paper/<recipe>/base/seed<N>/; report.py's table (mean ± std, Welch's t-test) and plots in
 # out/mini_paper/report/. Rerunning resumes what is not done.
 # MODEL=llama: the same on the Llama block (config/mini_llama.py), in out/mini_paper_llama/.
+# RECIPES=adopt,signum: only those recipes (the registry's mini recipe names).
 # DRY_RUN=1: 2 tiny steps of each.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
@@ -23,6 +24,6 @@ case "${MODEL:-gpt2}" in
     llama) base=(config/mini.py config/mini_llama.py) folder="$(out_root)/mini_paper_llama" ;;
     *) echo "error: MODEL must be gpt2 or llama, got '$MODEL'" >&2; exit 2 ;;
 esac
-python3 -m scripts.sweep "$folder" "${base[@]}" --recipes mini --seeds "${SEEDS:-1,2,3}" --jobs "${JOBS:-2}" \
+python3 -m scripts.sweep "$folder" "${base[@]}" --recipes "mini${RECIPES:+:$RECIPES}" --seeds "${SEEDS:-1,2,3}" --jobs "${JOBS:-2}" \
     "${extra[@]}"
 python3 -m scripts.report "$folder" --out "$folder/report"

@@ -4,7 +4,8 @@
 # Lion, NAdamW, AdEMAMix, Schedule-Free AdamW, SOAP) at the learning rates the registry lists for it, on the
 # standard-library corpus as bytes (config/mini.py), one seed (SEEDS), JOBS runs at a time on one CPU
 # thread each: about 45 minutes on 2 free cores. Results in out/mini_sweep/: sweep.md, sweep.csv,
-# sweep.png, a folder per run. Rerunning resumes what is not done. DRY_RUN=1: 2 tiny steps, first rate only.
+# sweep.png, a folder per run. Rerunning resumes what is not done. RECIPES=adopt,signum: only those recipes.
+# DRY_RUN=1: 2 tiny steps, first rate only.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
 positive_int JOBS "${JOBS:-2}"
@@ -15,5 +16,5 @@ if [[ "${DRY_RUN:-0}" == 1 ]]; then
 else
     [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
 fi
-python3 -m scripts.sweep "$(out_root)/mini_sweep" config/mini.py --recipes mini --seeds "${SEEDS:-1}" \
+python3 -m scripts.sweep "$(out_root)/mini_sweep" config/mini.py --recipes "mini${RECIPES:+:$RECIPES}" --seeds "${SEEDS:-1}" \
     --jobs "${JOBS:-2}" "${extra[@]}"

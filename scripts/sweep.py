@@ -418,7 +418,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("folder")
     parser.add_argument("base", nargs="*", help="config files and --key=value overrides for every run")
     parser.add_argument("--recipe", action="append", default=[], help="NAME=ARGS (repeatable)")
-    parser.add_argument("--recipes", choices=["mini"], help="the mini reproduction's recipes from the registry")
+    parser.add_argument("--recipes", help="mini: the mini reproduction's recipes from the registry; "
+                                          "mini:NAME,NAME: some of them")
     parser.add_argument("--mini-grid", action="store_true",
                         help="with --recipes mini: each recipe's learning rates from the registry, as a grid")
     parser.add_argument("--grid", action="append", default=[], help="key=v1,v2,... (repeatable): every combination")
@@ -453,13 +454,21 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
     if args.grid and args.coordinate:
         raise InputError("give --grid or --coordinate, not both")
     recipes = {name: value.split() for name, _, value in (r.partition("=") for r in args.recipe)}
-    if args.recipes == "mini":
+    if args.recipes:
         from optim import mini_recipes
 
-        recipes |= {name: recipe.args.split() for name, recipe in mini_recipes().items()}
+        kind, _, names = args.recipes.partition(":")
+        chosen = mini_recipes()
+        unknown = [n for n in names.split(",") if n and n not in chosen]
+        if kind != "mini":
+            raise InputError(f"--recipes {args.recipes}: give mini (every mini recipe) or mini:NAME,NAME")
+        if unknown:
+            raise InputError(f"--recipes: no mini recipe {unknown[0]!r}; the mini recipes are {', '.join(chosen)}")
+        chosen = {n: chosen[n] for n in names.split(",")} if names else chosen
+        recipes |= {name: recipe.args.split() for name, recipe in chosen.items()}
         if args.mini_grid:
             args.grid += [f"{name}:learning_rate={','.join(f'{lr:g}' for lr in recipe.learning_rates)}"
-                          for name, recipe in mini_recipes().items()]
+                          for name, recipe in chosen.items()]
     recipes = recipes or {"run": []}
     base, gpus = args.base + overrides, [g for g in args.gpus.split(",") if g]
     for arg in base + [arg for recipe_args in recipes.values() for arg in recipe_args]:

@@ -88,6 +88,8 @@ BAD_ARGUMENTS = {
     "--grid lerning_rate=3e-3": "unknown config key 'lerning_rate' (did you mean 'learning_rate'?)",
     "--grid learning_rate=fast": "config key 'learning_rate' must be float, got 'fast'",
     "--seed=7": "--seed=7: the sweep sets seed for each run itself (seeds: --seeds",
+    "--recipes mini:adopt,sgd": "--recipes: no mini recipe 'sgd'; the mini recipes are adamw,",
+    "--recipes maxi": "--recipes maxi: give mini (every mini recipe) or mini:NAME,NAME",
 }
 
 
