@@ -91,6 +91,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 import bench
 from bench.recipes import paper_config_args
@@ -233,11 +234,17 @@ class RandomBatches:
 _PROFILES: dict[str, OptimizerProfile] = {}
 
 
+def state_key(cfg: TrainConfig, *shape) -> str:
+    """What decides an optimizer's state: the optimizer, the settings that shape its state (the registry's
+    state_keys), and what else shapes it (the model's)."""
+    hp = cfg.hyperparameters
+    return repr((cfg.optimizer, [getattr(hp, k) for k in hp.state_keys], *shape))
+
+
 def optimizer_profile(cfg: TrainConfig) -> OptimizerProfile:
     """The state cfg's optimizer keeps, by parameter kind, and which kinds it orthogonalises (taken once per
-    optimizer and the settings that shape its state: the registry's state_keys)."""
-    hp = cfg.hyperparameters
-    key = repr((cfg.optimizer, [getattr(hp, k) for k in hp.state_keys], cfg.bias))
+    state_key)."""
+    key = state_key(cfg, cfg.bias)
     if key not in _PROFILES:
         _PROFILES[key] = take_profile(cfg)
     return _PROFILES[key]
@@ -333,24 +340,23 @@ def _count_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, gradi
 class SideState:
     """An optimizer's "sides" state (state_layout) at the real model's widths: each tensor's shape and element
     size, for the root's parameters (embeddings, head, final norm) and for one block's (every block's is the
-    same); the block count; and whether FSDP shards the tensors on dim 0 (Kron's preconditioner stacks, over
-    their blocks) or every rank holds them whole (SOAP's statistics and bases)."""
+    same); and whether FSDP shards the tensors on dim 0 (Kron's preconditioner stacks, over their blocks) or
+    every rank holds them whole (SOAP's statistics and bases): the optimizer's side_state_sharded."""
 
     root: tuple[tuple[tuple[int, ...], int], ...]
     block: tuple[tuple[tuple[int, ...], int], ...]
-    n_layer: int
     sharded: bool
 
-    def held(self, world_size: int) -> float:
-        """Bytes each rank holds of it, sharded over world_size ranks (1: whole): a sharded tensor's local block
-        keeps a storage of ceil(dim 0 / world_size) rows on every rank (distribute_tensor pads it, as FSDP2
-        pads its shards), even where the block itself is shorter or empty."""
+    def held(self, n_layer: int, world_size: int) -> float:
+        """Bytes each rank holds of it for n_layer blocks, sharded over world_size ranks (1: whole): a sharded
+        tensor's local block keeps a storage of ceil(dim 0 / world_size) rows on every rank (distribute_tensor
+        pads it, as FSDP2 pads its shards), even where the block itself is shorter or empty."""
 
         def held_bytes(tensors: tuple[tuple[tuple[int, ...], int], ...]) -> int:
-            rows = (lambda n: -(-n // world_size)) if self.sharded else (lambda n: n)
+            rows = (lambda n: row_blocks(n, world_size)[0]) if self.sharded else (lambda n: n)  # (rank 0's: the most)
             return sum(size * rows(shape[0]) * math.prod(shape[1:]) for shape, size in tensors)
 
-        return held_bytes(self.root) + self.n_layer * held_bytes(self.block)
+        return held_bytes(self.root) + n_layer * held_bytes(self.block)
 
 
 _SIDE_STATES: dict[str, SideState] = {}
@@ -361,9 +367,8 @@ def side_state(cfg: TrainConfig) -> SideState:
     memory, no arithmetic): its "sides" state, which the probe's small shapes cannot scale up."""
     from optim import build_optimizer
 
-    hp = cfg.hyperparameters
     model_args = cfg.model_args() | dict(n_layer=1)
-    key = repr((cfg.optimizer, [getattr(hp, k) for k in hp.state_keys], sorted(model_args.items())))
+    key = state_key(cfg, sorted(model_args.items()))
     if key not in _SIDE_STATES:
         with torch.device("meta"):
             model = GPT(GPTConfig(**model_args))
@@ -374,11 +379,16 @@ def side_state(cfg: TrainConfig) -> SideState:
         in_block = {id(p) for p in model.transformer.h.parameters()}
         root, block = [], []
         for p in model.parameters():
-            values = [v for v in optimizer.state.get(p, {}).values() if state_layout(v, p) == "sides"]
-            flat = [t for v in values for t in (v if isinstance(v, (list, tuple)) else [v]) if torch.is_tensor(t)]
-            (block if id(p) in in_block else root).extend((tuple(t.shape), t.element_size()) for t in flat)
-        _SIDE_STATES[key] = SideState(tuple(root), tuple(block), cfg.model_args()["n_layer"],
-                                      getattr(optimizer, "side_state_sharded", False))
+            for name, value in optimizer.state.get(p, {}).items():
+                if state_layout(value, p) != "sides":
+                    continue
+                if not hasattr(optimizer, "side_state_sharded"):  # (how FSDP lays it out is the optimizer's to say)
+                    raise InputError(f"bench.memory does not model {type(optimizer).__name__}'s state {name!r}: "
+                                     "neither laid out as its parameter, one number, nor a number per block of rows; "
+                                     "declare side_state_sharded on the optimizer (whether FSDP shards it on dim 0)")
+                tensors = [t for t in tree_leaves(value) if torch.is_tensor(t)]
+                (block if id(p) in in_block else root).extend((tuple(t.shape), t.element_size()) for t in tensors)
+        _SIDE_STATES[key] = SideState(tuple(root), tuple(block), optimizer.side_state_sharded)
     return _SIDE_STATES[key]
 
 
@@ -463,7 +473,7 @@ def state_item(run: Run, tensors: list[Tensor], rank: int) -> Item:
     state = sum(costs[t.kind].own * t.local(n, rank) + costs[t.kind].per_tensor + costs[t.kind].per_row * t.shape[0]
                 for t in tensors)
     if profile.has_sides:
-        state += side_state(run.cfg).held(n)
+        state += side_state(run.cfg).held(run.cfg.model_args()["n_layer"], n)
     if run.fsdp:
         # A kept gradient is a view of its FSDP unit's reduce-scatter output, which it keeps whole (the unit's
         # other gradients, 1-D ones too, and the padding)

@@ -71,6 +71,8 @@ class SOAP(GroupwiseOptimizer):
     alone need not (a rotated 1-D parameter's differed by 1e-7). A parameter with no rotated side (a 1-D one
     without precondition_1d: plain Adam) stays local. Unsharded, the same code runs with no communication."""
 
+    side_state_sharded = False  # L, R, Q_L, Q_R whole on every rank under FSDP (bench.memory)
+
     def __init__(self, params: Iterable, lr: float = 3e-3, betas: tuple[float, float] = (0.95, 0.95),
                  shampoo_beta: float = -1, eps: float = 1e-8, weight_decay: float = 0.01,
                  precondition_frequency: int = 10, max_precond_dim: int = 10000, precondition_1d: bool = False,

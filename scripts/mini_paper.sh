@@ -7,7 +7,8 @@
 # out/mini_paper/<recipe>/base/seed<N>/; report.py's table (mean ± std, Welch's t-test) and plots in
 # out/mini_paper/report/. Rerunning resumes what is not done.
 # MODEL=llama: the same on the Llama block (config/mini_llama.py), in out/mini_paper_llama/.
-# RECIPES=adopt,signum: only those recipes (the registry's mini recipe names).
+# RECIPES=adopt,signum: only those recipes (the registry's mini recipe names; the sweep's tables then hold
+# only them, while the report reads every run in the folder).
 # DRY_RUN=1: 2 tiny steps of each.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"

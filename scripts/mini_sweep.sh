@@ -4,7 +4,8 @@
 # Lion, NAdamW, AdEMAMix, Schedule-Free AdamW, SOAP) at the learning rates the registry lists for it, on the
 # standard-library corpus as bytes (config/mini.py), one seed (SEEDS), JOBS runs at a time on one CPU
 # thread each: about 45 minutes on 2 free cores. Results in out/mini_sweep/: sweep.md, sweep.csv,
-# sweep.png, a folder per run. Rerunning resumes what is not done. RECIPES=adopt,signum: only those recipes.
+# sweep.png, a folder per run. Rerunning resumes what is not done. RECIPES=adopt,signum: only those recipes
+# (the tables then hold only them; a full rerun rewrites them from every finished run, training none again).
 # DRY_RUN=1: 2 tiny steps, first rate only.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"

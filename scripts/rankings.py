@@ -45,9 +45,9 @@ MIN_COMMON = 3  # optimizers both rankings must hold for a tau to mean anything
 
 def agreement(ours: dict[str, float], theirs: dict[str, float]) -> tuple[list[str], float, float] | None:
     """The optimizers both hold (in their order, best first), Kendall's tau-b between the two rankings by
-    loss and its two-sided p-value; None with fewer than MIN_COMMON in common."""
+    loss and its two-sided p-value; None with fewer than MIN_COMMON in common, or all of them in one tier."""
     common = sorted(set(ours) & set(theirs), key=lambda name: (theirs[name], name))  # (a tier: by name)
-    if len(common) < MIN_COMMON:
+    if len(common) < MIN_COMMON or len({theirs[name] for name in common}) < 2:  # (one tier ranks nothing)
         return None
     tau, p = stats.kendalltau([ours[name] for name in common], [theirs[name] for name in common])
     return common, float(tau), float(p)

@@ -457,14 +457,14 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
     if args.recipes:
         from optim import mini_recipes
 
-        kind, _, names = args.recipes.partition(":")
-        chosen = mini_recipes()
-        unknown = [n for n in names.split(",") if n and n not in chosen]
+        kind, _, listed = args.recipes.partition(":")
+        chosen, names = mini_recipes(), [n for n in listed.split(",") if n]
+        unknown = [n for n in names if n not in chosen]
         if kind != "mini":
             raise InputError(f"--recipes {args.recipes}: give mini (every mini recipe) or mini:NAME,NAME")
         if unknown:
             raise InputError(f"--recipes: no mini recipe {unknown[0]!r}; the mini recipes are {', '.join(chosen)}")
-        chosen = {n: chosen[n] for n in names.split(",")} if names else chosen
+        chosen = {n: chosen[n] for n in names} if names else chosen
         recipes |= {name: recipe.args.split() for name, recipe in chosen.items()}
         if args.mini_grid:
             args.grid += [f"{name}:learning_rate={','.join(f'{lr:g}' for lr in recipe.learning_rates)}"

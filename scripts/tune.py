@@ -238,6 +238,9 @@ def link_tuned(root: str, recipe: str, tuned: sweep.Point) -> None:
     folder = os.path.join(root, "tuned", recipe, "base")
     for seed in seeds:
         link, target = os.path.join(folder, f"seed{seed}"), os.path.relpath(tuned.seed_folder(root, seed), folder)
+        if os.path.lexists(link) and not os.path.islink(link):
+            raise InputError(f"{link} is a run, where the tuning links its tuned point's seed {seed}: a run trained "
+                             f"there (budget_ladder before the links were made?); move it away and rerun")
         if os.path.lexists(link) and (not settled or os.readlink(link) != target):
             os.remove(link)  # (a rerun whose tuned point moved, or has not finished its seeds yet)
         if settled and not os.path.lexists(link):
@@ -256,12 +259,13 @@ def reachable_first(recipe: str, keys: list[str], start: dict[str, str]) -> list
 
 
 def core_seconds(folder: str) -> float:
-    """A run's time on its core, from its metrics rows' clocks: a gap over RUN_GAP between two rows straddles a
-    stop and its resume, and counts as RUN_GAP."""
+    """A run's time on its core, from its metrics rows' clocks (from its first evaluation: the seconds of its
+    start are left out): a gap over RUN_GAP between two rows straddles a stop and its resume, and counts as
+    RUN_GAP."""
     from scripts.report import read_rows
 
     times = [row["time"] for row in read_rows(os.path.join(folder, "metrics.jsonl")) if "time" in row]
-    return sum(min(later - earlier, RUN_GAP) for earlier, later in zip(times, times[1:]))
+    return sum(min(max(later - earlier, 0.0), RUN_GAP) for earlier, later in zip(times, times[1:]))
 
 
 def finished_runs(root: str, recipe: str) -> list[tuple[str, str, Run]]:
@@ -278,8 +282,8 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
              "tuned point and the sensitivity runs. Core-hours: every finished run of the recipe, one core each.",
              "", "| recipe | runs | noise | recipe's point, seeds 1-3 | tuned point | tuned, seeds 1-4 | 0.5x lr | "
              "2x lr | core-hours |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    hours = {t.recipe: sum(core_seconds(folder) for _, folder, _ in finished_runs(root, t.recipe)) / 3600
-             for t in tunings}
+    runs_of = {t.recipe: finished_runs(root, t.recipe) for t in tunings}
+    hours = {recipe: sum(core_seconds(folder) for _, folder, _ in runs) / 3600 for recipe, runs in runs_of.items()}
     for t in tunings:
         changed = ", ".join(f"{k}={t.centre[k]}" for k in t.keys if t.centre[k] != t.start[k]) or "unchanged"
         final = f"{t.final.mean:.4f} ± {t.final.std:.4f} ({len(t.final.losses)})" if t.final and t.final.losses \
@@ -290,9 +294,7 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
         lines.append(f"| {t.recipe} | {runs} | {noise} | {start} | {changed} | {final} | "
                      f"{t.sensitivity.get('0.5x', math.inf):.4f} | {t.sensitivity.get('2x', math.inf):.4f} | "
                      f"{hours[t.recipe]:.1f} |")
-    runs = sum(len(finished_runs(root, t.recipe)) for t in tunings)
-    lines += ["", f"In all: {runs} finished runs, {sum(hours.values()):.1f} core-hours "
-                  f"({sum(hours.values()) / 2:.1f} hours of two cores)."]
+    lines += ["", f"In all: {sum(map(len, runs_of.values()))} finished runs, {sum(hours.values()):.1f} core-hours."]
     for t in tunings:
         lines += ["", f"## {t.recipe}", "", "start: " + ", ".join(f"{k}={v}" for k, v in t.start.items()),
                   "tuned: " + ", ".join(f"{k}={v}" for k, v in t.centre.items()), ""]
@@ -309,7 +311,7 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
     with open(os.path.join(root, "tuned.json"), "w") as f:
         json.dump({t.recipe: t.centre for t in tunings if t.centre}, f, indent=1)
     rows = [[recipe, point, os.path.basename(folder)[4:], f"{run.best_val_loss:.6f}"]
-            for recipe in sorted({t.recipe for t in tunings}) for point, folder, run in finished_runs(root, recipe)]
+            for recipe in sorted(runs_of) for point, folder, run in runs_of[recipe]]
     with open(os.path.join(root, "tuning.csv"), "w", newline="") as f:
         csv.writer(f).writerows([["recipe", "values", "seed", "best_val_loss"], *rows])
     return text_out
@@ -364,6 +366,10 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
             start = start_values(base, recipe_args, keys)
         except InputError as e:
             raise InputError(f"recipe {name}: {e}") from None
+        if name not in starts and os.path.isdir(os.path.join(args.folder, name)):
+            raise InputError(f"{os.path.join(args.folder, name)} holds runs, but {args.folder}/start.json has no "
+                             f"start for {name}: restore the start.json the runs were made from (it is in "
+                             f"scripts/tune_results/runs.tar.xz), or tune into a new folder")
         start |= {k: v for k, v in starts.get(name, {}).items() if k in start}
         starts[name] = starts.get(name, {}) | start
         sweep.check_points(args.folder, reachable_first(name, keys, start), SEARCH_SEED, base,
@@ -378,7 +384,8 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
     for tuning in tunings:  # (AdamW first: its run count and noise bound every other recipe's)
         done.append(tuner.tune(tuning, budget, args.max_rounds, noise_cap))
         budget = budget if budget is not None else len(tuning.search_runs)
-        noise_cap = noise_cap if noise_cap is not None else tuning.noise
+        if noise_cap is None and len(tuning.start_losses) > 1:  # (a noise needs two seeds)
+            noise_cap = tuning.noise
         write_outputs(args.folder, done)
     return write_outputs(args.folder, done)
 

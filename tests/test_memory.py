@@ -263,8 +263,8 @@ def test_state_sized_by_sides_is_counted_at_the_real_widths():
     device, times its blocks) is, to the byte, what their rules make of each parameter."""
     from optim.kron import layout_of
 
-    for name in ("soap", "kron"):
-        cfg = load_config(["config/gpt2_small.py", f"config/paper_{name}.py"])
+    for name, depth in [("soap", []), ("kron", []), ("kron", ["--n_layer=24"])]:  # (a second depth, same widths)
+        cfg = load_config(["config/gpt2_small.py", f"config/paper_{name}.py", *depth])
         hp, expected = cfg.hyperparameters, 0
         for t in model_tensors(cfg):
             expected += 4 * t.numel * (2 if name == "soap" else 1)  # SOAP's m and v, Kron's m
@@ -275,4 +275,4 @@ def test_state_sized_by_sides_is_counted_at_the_real_widths():
                 expected += 4 * layout.blocks * sum(side if diagonal else side * side
                                                     for side, diagonal in zip(layout.padded, layout.diagonal))
         predicted = next(item.bytes for item in memory(Run(cfg, 1)) if item.key == "optimizer state")
-        assert predicted == expected, name
+        assert predicted == expected, (name, depth)

@@ -371,3 +371,4 @@ def test_a_ranking_in_tiers_counts_a_tiers_members_as_tied():
     (common, tau, _), (_, tau_swapped, _) = rankings.agreement(ours, theirs), rankings.agreement(swapped, theirs)
     assert set(common) == set(ours) and tau == tau_swapped and 0.9 < tau < 1.0  # (tau-b: ties keep it below 1)
     assert "| AdEMAMix > Moonlight, SOAP > AdamW > Lion |" in "\n".join(rankings.agreement_lines(ours))
+    assert rankings.agreement({"ADOPT": 1.0, "Moonlight": 2.0, "SOAP": 3.0}, theirs) is None  # one tier: no ranking

@@ -178,3 +178,22 @@ def test_no_recipe_is_held_to_a_stricter_threshold_than_adamws(tmp_path):
     assert (own.threshold, own.centre["beta2"]) == (pytest.approx(0.01), "0.95")
     assert (capped.noise, capped.threshold, capped.centre["beta2"]) == (pytest.approx(0.01), 0.003, "0.98")
     assert f"| lion | {len(capped.search_runs)} | 0.0100 (0.0030) |" in tune.write_outputs(str(tmp_path), [capped])
+
+
+def test_runs_without_their_recorded_start_are_refused_by_name(tmp_path):
+    """A tuning folder whose start.json is lost (runs unpacked without it) would resume from the configs' present
+    values, a different path: refused, with nothing run or written."""
+    folder = tmp_path / "tune"
+    os.makedirs(folder / "adamw" / "learning_rate=0.002,warmup_iters=25" / "seed1")
+    proc = subprocess.run([PYTHON, "-m", "scripts.tune", str(folder), "config/mini.py", "--recipes", "adamw",
+                           "--keys", "learning_rate,warmup_iters"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "has no start for adamw: restore the start.json" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (folder / "start.json").exists()
+
+
+def test_a_run_where_a_tuned_link_goes_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "finished_run", lambda folder: True)
+    os.makedirs(tmp_path / "tuned" / "adamw" / "base" / "seed1")  # a run trained there
+    with pytest.raises(tune.InputError, match="is a run, where the tuning links its tuned point's seed 1"):
+        tune.link_tuned(str(tmp_path), "adamw", sweep.Point("adamw", (("learning_rate", "0.004"),)))
