@@ -1,7 +1,7 @@
 # MARS-AdamW for the CPU mini reproduction (after config/mini.py): the paper's betas, gamma and weight
 # decays (AdamW with betas 0.9/0.95 on the 1-D parameters: the schema's defaults), the learning rate
-# from scripts/mini_sweep.sh (lr_1d fixed at 3e-3), which scripts/tune_mini.sh left unchanged. MARS-exact:
-# config/mini_mars_exact.py after this file.
+# from scripts/mini_sweep.sh (lr_1d fixed at 3e-3): the point scripts/tune_mini.sh starts both variants from.
+# The tuned recipes: config/mini_mars_approx.py or config/mini_mars_exact.py after this file.
 optimizer = "mars"
 mars_type = "mars-adamw"
 is_approx = True

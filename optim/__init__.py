@@ -73,7 +73,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("mars", MARSHyperparameters, build_mars, {
             "mars_exact": MiniRecipe("config/mini_mars.py config/mini_mars_exact.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2),
                                      ("warmup_iters", "beta2", "gamma")),
-            "mars_approx": MiniRecipe("config/mini_mars.py --is_approx=True", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
+            "mars_approx": MiniRecipe("config/mini_mars.py config/mini_mars_approx.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
                                       ("warmup_iters", "beta2", "gamma")),
         }),
         OptimizerSpec("muon", MuonHyperparameters, build_muon,
