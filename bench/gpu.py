@@ -352,7 +352,7 @@ def bench_model(model_name: str, variants: list[str], args: argparse.Namespace, 
             if memory_only:
                 try:
                     row.predicted_bytes = allocated_prediction(cfg, rt.world_size, ddp_wrapped=rt.distributed)
-                except InputError as e:  # an optimizer whose state bench.memory does not model (SOAP)
+                except InputError as e:  # state bench.memory cannot lay out (side_state_sharded undeclared)
                     row.note = "; ".join(filter(None, [row.note, f"no memory model: {str(e)[:60]}"]))
         except torch.OutOfMemoryError:
             row.note = "; ".join(filter(None, [row.note, "out of memory"]))

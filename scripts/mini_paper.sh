@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The mini reproduction (the project's CPU demonstration): every recipe of the optimizer registry's mini
-# reproduction (AdamW, Muon, MARS-approx, MARS-exact, MARS-M, Moonlight, Lion, NAdamW, AdEMAMix,
-# Schedule-Free AdamW, SOAP) on the standard-library corpus as bytes (config/mini.py: 1.05M tokens per
-# run), each at the learning rate scripts/mini_sweep.sh chose (config/mini_*.py), for three seeds (SEEDS),
-# JOBS runs at a time on one thread each: about 40 minutes on 2 free cores. Runs in
+# reproduction (AdamW, Muon, MARS-approx, MARS-exact, MARS-M, Moonlight and the 2025 benchmarks'
+# baselines: python -c "import optim; print(*optim.mini_recipes())") on the standard-library corpus as
+# bytes (config/mini.py: 1.05M tokens per run), each at its recipe's settings (config/mini_*.py: the
+# learning rate scripts/mini_sweep.sh chose, or every setting scripts/tune_mini.sh tuned, for the recipes
+# it has), for three seeds (SEEDS), JOBS runs at a time on one thread each: about 40 minutes per 11
+# recipes on 2 free cores. Runs in
 # out/mini_paper/<recipe>/base/seed<N>/; report.py's table (mean ± std, Welch's t-test) and plots in
 # out/mini_paper/report/. Rerunning resumes what is not done.
 # MODEL=llama: the same on the Llama block (config/mini_llama.py), in out/mini_paper_llama/.
