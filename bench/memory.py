@@ -681,9 +681,10 @@ def print_readme_tables(world_size: int = 8) -> None:
         recipe = ["config/gpt2_xl.py", f"config/paper_{name.replace('-', '_')}.py"]
         runs = [Run(load_config([*recipe, *layout]), world_size)
                 for layout in (LAYOUTS[0], LAYOUTS[2])]
-        state = next(item for item in memory(runs[0]) if item.key == "optimizer state")
+        items = [memory(run) for run in runs]
+        state = next(item for item in items[0] if item.key == "optimizer state")
         ratio = state.bytes / held_bytes(model_tensors(runs[0].cfg), 1, 0, padded=False)
-        cells = " | ".join(f"{total(memory(run)) / GB:.1f} GB" for run in runs)
+        cells = " | ".join(f"{total(of_run) / GB:.1f} GB" for of_run in items)
         print(f"| {runs[0].cfg.hyperparameters.display_name()} | {ratio:.2f} | {cells} |")
 
 

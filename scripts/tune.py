@@ -278,8 +278,9 @@ def finished_runs(root: str, recipe: str) -> list[tuple[str, str, Run]]:
 def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
     lines = ["# Mini recipes tuned by coordinate descent (python -m scripts.tune)", "",
              "Best validation loss (nats per byte). Noise: the standard deviation over seeds 1-3 at the recipe's "
-             "own point; a move must beat it, or AdamW's noise where that is smaller (in parentheses). Runs: the noise and the search (seed 1); then seeds 2-4 at the "
-             "tuned point and the sensitivity runs. Core-hours: every finished run of the recipe, one core each.",
+             "own point; a move must beat it, or AdamW's noise where that is smaller (in parentheses). Runs: the "
+             "noise and the search (seed 1); then seeds 2-4 at the tuned point and the sensitivity runs. "
+             "Core-hours: every finished run of the recipe, one core each.",
              "", "| recipe | runs | noise | recipe's point, seeds 1-3 | tuned point | tuned, seeds 1-4 | 0.5x lr | "
              "2x lr | core-hours |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     runs_of = {t.recipe: finished_runs(root, t.recipe) for t in tunings}
@@ -386,8 +387,8 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
         budget = budget if budget is not None else len(tuning.search_runs)
         if noise_cap is None and len(tuning.start_losses) > 1:  # (a noise needs two seeds)
             noise_cap = tuning.noise
-        write_outputs(args.folder, done)
-    return write_outputs(args.folder, done)
+        report = write_outputs(args.folder, done)  # (after each recipe: a stopped tuning keeps what it found)
+    return report
 
 
 if __name__ == "__main__":
