@@ -1,8 +1,8 @@
 # Adam-mini for the CPU mini reproduction (after config/mini.py): AdamW's mini settings (betas 0.9/0.95, weight
 # decay 0.1) with the package's blocks and decay groups (the embeddings decay, as its authors' GPT-2); the
-# learning rate AdamW's, not yet swept.
+# learning rate from the mini sweep (scripts/mini_sweep.sh; AdamW's before it was swept: 2e-3).
 optimizer = "adam-mini"
-learning_rate = 2e-3
+learning_rate = 4e-3
 weight_decay = 0.1
 beta1 = 0.9
 beta2 = 0.95

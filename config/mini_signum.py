@@ -1,5 +1,5 @@
 # Signum for the CPU mini reproduction (after config/mini.py): Semenov et al.'s 124M settings (momentum 0.9,
-# no Nesterov, decoupled weight decay 0.1); the learning rate Lion's (a sign update too), not yet swept.
+# no Nesterov, decoupled weight decay 0.1); the learning rate from the mini sweep (scripts/mini_sweep.sh).
 optimizer = "signum"
 learning_rate = 4e-4
 weight_decay = 0.1

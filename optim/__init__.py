@@ -109,7 +109,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
                                                     ("warmup_iters", "beta1", "beta2"))}),
         # Prodigy's learning_rate multiplies the step size it estimates: 1 is its authors' and the benchmark's.
         OptimizerSpec("prodigy", ProdigyHyperparameters, build_prodigy,
-                      {"prodigy": MiniRecipe("config/mini_prodigy.py", (0.25, 0.5, 1.0, 2.0),
+                      {"prodigy": MiniRecipe("config/mini_prodigy.py", (0.125, 0.25, 0.5, 1.0, 2.0),
                                              ("warmup_iters", "prodigy_d_coef"))}),
         OptimizerSpec("sophia", SophiaHyperparameters, build_sophia,
                       {"sophia": MiniRecipe("config/mini_sophia.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3),
@@ -119,10 +119,10 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
                                                ("warmup_iters", "beta2"))}),
         # Scion's learning rate is also its weight decay (the constrained update: p <- (1 - lr) p - ...)
         OptimizerSpec("scion", ScionHyperparameters, build_scion,
-                      {"scion": MiniRecipe("config/mini_scion.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3),
+                      {"scion": MiniRecipe("config/mini_scion.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
                                            ("warmup_iters", "scion_momentum"))}),
         OptimizerSpec("kron", KronHyperparameters, build_kron,
-                      {"kron": MiniRecipe("config/mini_kron.py", (5e-4, 1e-3, 2e-3, 4e-3),
+                      {"kron": MiniRecipe("config/mini_kron.py", (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
                                           ("warmup_iters", "beta1", "kron_precond_lr"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
                       {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
