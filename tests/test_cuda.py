@@ -349,7 +349,8 @@ SHARDED_RESUME_RECIPES = {"mars_exact": ["config/mini_mars.py", "--is_approx=Fal
                           "mars_exact@llama": ["config/mini_mars.py", "--is_approx=False", "--model=llama-124m"],
                           # Prodigy's one step size over the shards; Sophia's Hessian pass (labels drawn in the
                           # compiled fused cross-entropy) every other step
-                          "prodigy": ["config/mini_prodigy.py", "--prodigy_d0=1e-5", "--prodigy_d_coef=100"],
+                          "prodigy": ["config/mini_prodigy.py", "--learning_rate=1.0", "--prodigy_d0=1e-5",
+                                      "--prodigy_d_coef=100"],  # as tests/test_resume_matrix.py runs it
                           "sophia": ["config/mini_sophia.py", "--sophia_hessian_interval=2",
                                      "--fused_cross_entropy=True"],
                           # the baselines with sharded machinery of their own: Adam-mini's blocks made whole by an
