@@ -1,5 +1,6 @@
 # ADOPT for the CPU mini reproduction (after config/mini.py): Semenov et al.'s 124M settings (betas 0.9/0.999,
-# decoupled weight decay 0.1, eps 1e-6) and AdamW's decay groups; the learning rate from the mini sweep (scripts/mini_sweep.sh).
+# decoupled weight decay 0.1, eps 1e-6) and AdamW's decay groups; the learning rate from the mini sweep
+# (scripts/mini_sweep.sh).
 optimizer = "adopt"
 learning_rate = 2e-3
 weight_decay = 0.1

@@ -31,6 +31,7 @@ from test_optim import (
 )
 from test_fsdp import sharded_dtypes
 from test_model import bf16_errors, fused_and_logits_models
+from test_resume_matrix import EXTRA_ARGS
 from test_train import load_weights, read_metrics
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -348,16 +349,14 @@ SHARDED_RESUME_RECIPES = {"mars_exact": ["config/mini_mars.py", "--is_approx=Fal
                           "schedule_free_adamw": ["config/mini_schedule_free_adamw.py"],
                           "mars_exact@llama": ["config/mini_mars.py", "--is_approx=False", "--model=llama-124m"],
                           # Prodigy's one step size over the shards; Sophia's Hessian pass (labels drawn in the
-                          # compiled fused cross-entropy) every other step
-                          "prodigy": ["config/mini_prodigy.py", "--learning_rate=1.0", "--prodigy_d0=1e-5",
-                                      "--prodigy_d_coef=100"],  # as tests/test_resume_matrix.py runs it
-                          "sophia": ["config/mini_sophia.py", "--sophia_hessian_interval=2",
-                                     "--fused_cross_entropy=True"],
+                          # compiled fused cross-entropy) every other step; each with the CPU matrix's settings
+                          "prodigy": ["config/mini_prodigy.py", *EXTRA_ARGS["prodigy"]],
+                          "sophia": ["config/mini_sophia.py", *EXTRA_ARGS["sophia"], "--fused_cross_entropy=True"],
                           # the baselines with sharded machinery of their own: Adam-mini's blocks made whole by an
                           # all-reduce, Scion's Newton-Schulz on owner ranks, Cautious AdamW's kept fraction
                           "adam_mini": ["config/mini_adam_mini.py"], "scion": ["config/mini_scion.py"],
                           "kron": ["config/mini_kron.py"],  # preconditioner stacks sharded over blocks
-                          "cautious_adamw": ["config/mini_cautious_adamw.py", "--bias=False"]}
+                          "cautious_adamw": ["config/mini_cautious_adamw.py", *EXTRA_ARGS["cautious-adamw"]]}
 
 
 @needs_cuda
