@@ -15,7 +15,8 @@
 #            family: tokens/s, peak allocated and reserved memory
 #   memory   memory-only rows (a log step's peak) of small, medium and large under DDP, and XL under FSDP with
 #            activation checkpointing, each with bench.memory's prediction of what max_memory_allocated sees
-#   large    timed rows of large and XL under FSDP with activation checkpointing, then llama-124m and llama-720m
+#   large    timed rows of llama-124m and llama-720m, then of large and XL under FSDP with activation checkpointing
+#            (RUN_S caps each of a stage's runs, so that the first leaves the second its time)
 #   async    train.py on GPT-2 small, FSDP on one GPU, a checkpoint every 10 steps: how long a save holds
 #            training up, synchronous against asynchronous (its log lines)
 #   official MARS-AdamW against its authors' fused implementation (bench.official_mars on the official
@@ -88,14 +89,17 @@ for stage in "$@"; do
                     "--data-parallel fsdp --models small --memory-only '' --optimizers $families") ;;
         memory) runs=("--models '' --memory-only small,medium,large --optimizers adamw,mars-exact,muon"
                       "--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon") ;;
-        large) runs=("--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon"
-                     "--models llama-124m,llama-720m --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
+        large) runs=("--models llama-124m,llama-720m --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon"
+                     "--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
         esac
         for run in "${runs[@]}"; do
             [ "$(left)" -gt 120 ] || { echo "skipped: $run (time)" | tee -a "$OUT/$stage.txt"; continue; }
-            eval timeout "$(($(left) - 10))" torchrun --standalone --nproc_per_node=1 -m bench.gpu --steps 10 --warmup 3 \
+            run_s=$(($(left) - 10)); [ "$run_s" -le "${RUN_S:-$run_s}" ] || run_s=$RUN_S  # RUN_S: one run's cap
+            eval timeout "$run_s" torchrun --standalone --nproc_per_node=1 -m bench.gpu --steps 10 --warmup 3 \
                 --alone-repeats 0 $run 2>>"$OUT/$stage.err" | tee -a "$OUT/$stage.txt"
-        done ;;
+        done
+        # bench.gpu prints its table when every row is done; a run cut off at its cap logged each row to stderr
+        grep -E '^\[bench.gpu\] .*\|' "$OUT/$stage.err" >"$OUT/${stage}_rows.txt" ;;
     async)
         mkdir -p /tmp/random_tokens && python3 -c "from bench.gpu import synthetic_shards; synthetic_shards('/tmp/random_tokens', 1024, 50304)"
         for async in False True; do

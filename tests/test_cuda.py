@@ -356,7 +356,9 @@ SHARDED_RESUME_RECIPES = {"mars_exact": ["config/mini_mars.py", "--is_approx=Fal
                           # all-reduce, Scion's Newton-Schulz on owner ranks, Cautious AdamW's kept fraction
                           "adam_mini": ["config/mini_adam_mini.py"], "scion": ["config/mini_scion.py"],
                           "kron": ["config/mini_kron.py"],  # preconditioner stacks sharded over blocks
-                          "cautious_adamw": ["config/mini_cautious_adamw.py", *EXTRA_ARGS["cautious-adamw"]]}
+                          "cautious_adamw": ["config/mini_cautious_adamw.py", *EXTRA_ARGS["cautious-adamw"]],
+                          # the two element-wise ones, so that each benchmark baseline resumes once on the GPU
+                          "adopt": ["config/mini_adopt.py"], "signum": ["config/mini_signum.py"]}
 
 
 @needs_cuda
@@ -368,28 +370,35 @@ def test_sharded_checkpoints_resume_on_cuda(variant, tiny_dataset, tmp_path):
     autocast keeps LayerNorm, softmax and the residual stream in fp32), which Adam-type rules amplify where
     gradients are small: on an H100 the last four steps under DDP ended 0.13 (MARS-exact), 0.29 (Schedule-Free)
     of those steps' move from the uninterrupted run's weights; the bound is half that move, and half of the
-    validation loss's fall over those steps. (The CPU matrix holds these transitions to 1e-6 in fp32.)"""
+    validation loss's fall over those steps. Sophia's bound is the whole move: its Hessian pass draws labels
+    from the model's own softmax with fixed draws, so a rounding change near a row's boundary draws another
+    label, and its clipped update does not shrink the difference (on an H200, 0.56 of the move under DDP).
+    (The CPU matrix holds these transitions to 1e-6 in fp32.)"""
     straight = str(tmp_path / "straight")
     common = dict(max_iters=8, ckpt_interval=4, ckpt_keep=10, eval_interval=4, deterministic=True, vocab_size=128)
-    recipe = SHARDED_RESUME_RECIPES[variant]
-    run_train(recipe + cuda_run_args(tiny_dataset, straight, data_parallel="fsdp", **common), nproc=1)
+    config_file, *recipe_overrides = SHARDED_RESUME_RECIPES[variant]
+
+    def args(out_dir: str, **settings) -> list[str]:  # the recipe's own overrides last: Prodigy's lr of 1.0
+        return [config_file, *cuda_run_args(tiny_dataset, out_dir, **common, **settings), *recipe_overrides]
+
+    run_train(args(straight, data_parallel="fsdp"), nproc=1)
     end, middle = step_weights(straight, 8), step_weights(straight, 4)
     moved = relative_difference(middle, end)
     straight_val = {r["step"]: r["val_loss"] for r in read_metrics(straight, "val")}
     for parallelism, nproc in (("fsdp", 1), ("ddp", 1), ("ddp", 0)):
         name = f"{parallelism}{nproc}"
         resumed = cut_back(straight, 4, str(tmp_path / name))
-        run_train(recipe + cuda_run_args(tiny_dataset, resumed, data_parallel=parallelism, init_from="resume",
-                                         **common), nproc=nproc)
+        run_train(args(resumed, data_parallel=parallelism, init_from="resume"), nproc=nproc)
         difference = relative_difference(step_weights(resumed, 8), end)  # (one process: a single file)
         val = read_metrics(resumed, "val")[-1]
         assert val["step"] == 8
         if parallelism == "fsdp":
             assert difference == 0.0 and val["val_loss"] == straight_val[8], (variant, name, difference, val)
         else:
-            assert difference < 0.5 * moved, (variant, name, difference, moved)
+            share = 1.0 if variant == "sophia" else 0.5
+            assert difference < share * moved, (variant, name, difference, moved)
             fall = straight_val[4] - straight_val[8]
-            assert abs(val["val_loss"] - straight_val[8]) < 0.5 * fall, (variant, name, val, straight_val)
+            assert abs(val["val_loss"] - straight_val[8]) < share * fall, (variant, name, val, straight_val)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
