@@ -123,7 +123,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
                                            ("warmup_iters", "scion_momentum"))}),
         OptimizerSpec("kron", KronHyperparameters, build_kron,
                       {"kron": MiniRecipe("config/mini_kron.py",
-                                          (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2, 0.128, 0.256),
+                                          (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2),
                                           ("warmup_iters", "beta1", "kron_precond_lr"))}),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap,
                       {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
