@@ -25,7 +25,8 @@
 #   alone    the optimizer step alone, twice (fused AdamW against MARS-AdamW, 100 repeats: the kernels' time
 #            from torch.profiler, and the span between CUDA events)
 #   nanogpt  nanoGPT's own train.py at the same shape and micro-batch 16 (bench.nanogpt; .gpu/nanogpt)
-#   tests    tests/test_cuda.py on 8 pytest-xdist workers, for at most $TESTS_S seconds (default: what is left)
+#   tests    tests/test_cuda.py on 8 pytest-xdist workers, for at most $TESTS_S seconds (default: what is left);
+#            TESTS_K: a pytest -k expression, to rerun only some cases
 #
 # Wheels the GPU image lacks travel in .whl/ (schedulefree; the GPU stages import nothing else it lacks), GPT-2's BPE in
 # .gpu/tiktoken; BUDGET is the seconds the stages may use in all.
@@ -113,7 +114,7 @@ for stage in "$@"; do
             2>>"$OUT/nanogpt.err" | tee "$OUT/nanogpt.txt" ;;
     tests)
         # (pytest.ini's addopts name an xdist option that older xdist lacks; the image's may be older)
-        timeout "$(( $(left) - 5 < ${TESTS_S:-600} ? $(left) - 5 : ${TESTS_S:-600} ))" python3 -m pytest -o addopts="-ra --dist loadgroup" -n 8 -v tests/test_cuda.py \
+        timeout "$(( $(left) - 5 < ${TESTS_S:-600} ? $(left) - 5 : ${TESTS_S:-600} ))" python3 -m pytest -o addopts="-ra --dist loadgroup" -n 8 -v tests/test_cuda.py ${TESTS_K:+-k "$TESTS_K"} \
             2>&1 | tee "$OUT/test_cuda.txt" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|error" ;;
     esac
 done
