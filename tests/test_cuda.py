@@ -355,7 +355,8 @@ SHARDED_RESUME_RECIPES = {"mars_exact": ["config/mini_mars.py", "--is_approx=Fal
                           # the baselines with sharded machinery of their own: Adam-mini's blocks made whole by an
                           # all-reduce, Scion's Newton-Schulz on owner ranks, Cautious AdamW's kept fraction
                           "adam_mini": ["config/mini_adam_mini.py"], "scion": ["config/mini_scion.py"],
-                          "kron": ["config/mini_kron.py"],  # preconditioner stacks sharded over blocks
+                          # preconditioner stacks sharded over blocks: merged, the tiny model's matrices are many
+                          "kron": ["config/mini_kron.py", "--kron_merge_small_dims=True"],
                           "cautious_adamw": ["config/mini_cautious_adamw.py", *EXTRA_ARGS["cautious-adamw"]],
                           # the two element-wise ones, so that each benchmark baseline resumes once on the GPU
                           "adopt": ["config/mini_adopt.py"], "signum": ["config/mini_signum.py"]}
@@ -370,7 +371,7 @@ def test_sharded_checkpoints_resume_on_cuda(variant, tiny_dataset, tmp_path):
     autocast keeps LayerNorm, softmax and the residual stream in fp32), which Adam-type rules amplify where
     gradients are small: on an H100 the last four steps under DDP ended 0.13 (MARS-exact), 0.29 (Schedule-Free)
     of those steps' move from the uninterrupted run's weights; the bound is half that move, and half of the
-    validation loss's fall over those steps. Sophia's bound is the whole move: its Hessian pass draws labels
+    validation loss's fall over those steps. Sophia's bounds are the whole move and the whole fall: its Hessian pass draws labels
     from the model's own softmax with fixed draws, so a rounding change near a row's boundary draws another
     label, and its clipped update does not shrink the difference (on an H200, 0.56 of the move under DDP).
     (The CPU matrix holds these transitions to 1e-6 in fp32.)"""
