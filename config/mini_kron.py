@@ -2,11 +2,12 @@
 # (beta1 0.95, preconditioner lr 0.2, the update probability held at 1 for 2000 steps (all of a mini run), weight
 # decay 0.7 on the blocks' matrices) with levanter's layout (256-blocks, diagonal past 25000) but its matrices
 # kept matrices: levanter's merge heuristic (target 8192) would fold every matrix of this model (96 x 96,
-# 96 x 384, the 288 x 96 attention and the 264 x 96 embedding) into vectors, whose dense 256 x 256 preconditioners learn from one outer product an update, about precond_lr /
-# 256 a step (at 2e-3, 40 steps took the loss to 5.19 merged, 3.88 not); at GPT-2 and Llama widths (768 and up)
-# it merges nothing. Its learning rate: scripts/mini_sweep.sh's. The loss's mean gradient, clipped at 1.
+# 96 x 384, the 288 x 96 attention and the 264 x 96 embedding) into vectors, whose dense 256 x 256
+# preconditioners learn from one outer product an update, about precond_lr / 256 a step (at 2e-3, 40 steps took
+# the loss to 5.19 merged, 3.88 not); at GPT-2 and Llama widths (768 and up) it merges nothing. Its learning
+# rate: scripts/mini_sweep.sh's. The loss's mean gradient, clipped at 1.
 optimizer = "kron"
-learning_rate = 0.008
+learning_rate = 8e-3
 beta1 = 0.95
 kron_precond_lr = 0.2
 kron_update_prob_min = 0.05

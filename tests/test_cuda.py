@@ -371,9 +371,10 @@ def test_sharded_checkpoints_resume_on_cuda(variant, tiny_dataset, tmp_path):
     autocast keeps LayerNorm, softmax and the residual stream in fp32), which Adam-type rules amplify where
     gradients are small: on an H100 the last four steps under DDP ended 0.13 (MARS-exact), 0.29 (Schedule-Free)
     of those steps' move from the uninterrupted run's weights; the bound is half that move, and half of the
-    validation loss's fall over those steps. Sophia's bounds are the whole move and the whole fall: its Hessian pass draws labels
-    from the model's own softmax with fixed draws, so a rounding change near a row's boundary draws another
-    label, and its clipped update does not shrink the difference (on an H200, 0.56 of the move under DDP).
+    validation loss's fall over those steps. Sophia's bounds are the whole move and the whole fall: its Hessian
+    pass draws labels from the model's own softmax with fixed draws, so a rounding change near a row's boundary
+    draws another label, and its clipped update does not shrink the difference (on an H200, 0.56 of the move
+    under DDP).
     (The CPU matrix holds these transitions to 1e-6 in fp32.)"""
     straight = str(tmp_path / "straight")
     common = dict(max_iters=8, ckpt_interval=4, ckpt_keep=10, eval_interval=4, deterministic=True, vocab_size=128)
