@@ -105,9 +105,11 @@ def test_two_process_ddp_matches_one_process(tiny_dataset, tmp_path, two_ranks, 
     assert info["world_size"] == 2 and info["grad_accum_steps"] == 2
 
 
-def test_resume_is_bit_exact(tiny_dataset, tmp_path):
+@pytest.mark.parametrize("model", ["small", "llama-124m"])
+def test_resume_is_bit_exact(tiny_dataset, tmp_path, model):
     straight, halves = str(tmp_path / "straight"), str(tmp_path / "halves")
-    common = dict(lr_decay_iters=12, eval_interval=4, dropout=0.1)  # the schedule must not depend on max_iters
+    # the schedule must not depend on max_iters
+    common = dict(lr_decay_iters=12, eval_interval=4, dropout=0.1, model=model)
     run_train(tiny_run_args(tiny_dataset, straight, max_iters=12, **common))
     run_train(tiny_run_args(tiny_dataset, halves, max_iters=6, **common))
     with pytest.raises(AssertionError, match="already exists"):  # a new run never overwrites a checkpoint
