@@ -28,8 +28,8 @@ EXPECTED_RUNS = {
     **{f"run_{opt}_{size}_fw.sh": (f"gpt2_{size}_{opt}_fw", f"gpt2_{size}_{opt}.py", {"dataset": "fineweb-edu100B"})
        for opt in ("adamw", "mars", "mars_m", "moonlight") for size in ("small", "xl")},
     "run_mars_exact_small.sh": ("gpt2_small_mars_exact", "gpt2_small_mars.py", {"is_approx": False}),
-    **{f"run_llama_124m_{opt}.sh": (f"llama_124m_{opt}", f"llama_124m_{opt}.py", {"dataset": "fineweb100B"})
-       for opt in ("adamw", "mars", "muon")},
+    **{f"run_llama_{size}_{opt}.sh": (f"llama_{size}_{opt}", f"llama_{size}_{opt}.py", {"dataset": "fineweb100B"})
+       for opt in ("adamw", "mars", "muon") for size in ("124m", "210m", "720m")},
     "run_mars_small_multinode.sh": ("gpt2_small_mars", "gpt2_small_mars.py", {}),
 }
 # What the dry run replaces (scripts/common.sh), and what launch sets per run
