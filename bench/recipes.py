@@ -20,8 +20,9 @@ LLAMA_BASE = "llama_124m"  # the Llama presets without files of their own take t
 
 def paper_config_args(model: str, variant: str) -> tuple[list[str], str]:
     """load_config's arguments for a model preset and a variant: config/<prefix>_<optimizer>.py (gpt2_small_mars,
-    llama_124m_mars) and the variant's overrides, else the size's file and the optimizer's paper recipe
-    (config/<prefix>.py, config/paper_<optimizer>.py); and a note when it is the latter."""
+    llama_124m_mars) and the variant's overrides; else, for a Llama, the optimizer's 124M file on the size's
+    (config/llama_124m_<optimizer>.py, config/<prefix>.py); else the size's file and the optimizer's paper
+    recipe (config/<prefix>.py, config/paper_<optimizer>.py); and a note when it is not the first."""
     part, overrides = VARIANTS[variant]
     llama = model.startswith("llama")
     prefix = model.replace("-", "_") if llama else f"gpt2_{model}"
@@ -30,5 +31,9 @@ def paper_config_args(model: str, variant: str) -> tuple[list[str], str]:
     path = os.path.join(REPO, "config", f"{prefix}_{part}.py")
     if os.path.exists(path):
         return [path, *overrides], ""
+    base_path = os.path.join(REPO, "config", f"{LLAMA_BASE}_{part}.py")
+    if llama and os.path.exists(base_path):  # Semenov et al. keep each optimizer's 124M settings at every size
+        return [base_path, os.path.join(REPO, "config", f"{prefix}.py"), *overrides], \
+            f"no {prefix}_{part}.py: {LLAMA_BASE}_{part}.py on {prefix}.py"
     paths = [os.path.join(REPO, "config", f"{prefix}.py"), os.path.join(REPO, "config", f"paper_{part}.py")]
     return [*paths, *overrides], f"no {prefix}_{part}.py: {prefix}.py + paper_{part}.py"

@@ -86,6 +86,47 @@ def test_paper_hyperparameters(size, optimizer):
         assert (hp.lr_1d, hp.weight_decay_1d, hp.beta1_1d, hp.beta2_1d) == (mars_lr_1d, 0.1, 0.9, 0.95)
 
 
+# Semenov et al.'s rows (epfml/llm-optimizer-benchmark at fdecd5d, scripts/<size>/<optimizer>.sh), as their flags
+# say: size: (preset, sequences per step = batch_size x acc_steps, iterations, grad_clip, AdamW's beta1)
+SEMENOV = {"124m": ("llama-124m", 64 * 4, 128_000, 0.5, 0.8), "210m": ("llama-210m", 64 * 4, 128_000, 0.5, 0.9),
+           "720m": ("llama-720m", 62 * 32, 48_000, 0.1, 0.9)}
+
+
+@pytest.mark.parametrize("size, optimizer", [(s, o) for s in SEMENOV for o in ("adamw", "mars", "muon")])
+def test_llama_benchmark_configs_are_their_scripts(size, optimizer):
+    cfg = load_config([str(REPO / "config" / f"llama_{size}_{optimizer}.py")])
+    hp = cfg.hyperparameters
+    preset, sequences, iterations, grad_clip, adamw_beta1 = SEMENOV[size]
+    assert (cfg.model, cfg.dataset, cfg.block_size) == (preset, "fineweb100B", 512)
+    assert cfg.total_batch_size == sequences * 512
+    assert (cfg.max_iters, cfg.warmup_iters, cfg.grad_clip, cfg.dropout) == (iterations, 2000, grad_clip, 0.0)
+    # --scheduler cos: torch's OneCycleLR from lr / 100, to lr / 100 (final_div_factor 1)
+    assert (cfg.lr_schedule, cfg.min_lr) == ("onecycle", pytest.approx(cfg.learning_rate / 100))
+    side = (hp.lr_1d, hp.beta1_1d, hp.beta2_1d, hp.weight_decay_1d) if optimizer != "adamw" else None
+    if optimizer == "adamw":  # --lr 1e-3 --weight_decay 0.1 --beta1 --beta2 0.999
+        assert (cfg.learning_rate, hp.weight_decay, hp.beta1, hp.beta2) == (1e-3, 0.1, adamw_beta1, 0.999)
+    elif optimizer == "mars":  # --mars_lr 3e-3 --mars_beta1 0.95 --mars_beta2 0.99; the 1-D on --lr, --beta1/2
+        assert (hp.mars_type, hp.is_approx, hp.gamma) == ("mars-adamw", True, 0.025)
+        assert (cfg.learning_rate, hp.weight_decay, hp.beta1, hp.beta2) == (3e-3, 0.1, 0.95, 0.99)
+        assert side == (1e-3, 0.8, 0.999, 0.1)
+    else:  # --muon_lr_factor 1e-2 --momentum 0.95 --nesterov True; the rest on AdamW at --lr, --beta1/2
+        assert (cfg.learning_rate, hp.weight_decay, hp.muon_momentum, hp.muon_nesterov) == (1e-2, 0.0, 0.95, True)
+        assert hp.muon_embeddings_on_adamw and side == (1e-3, 0.8, 0.999, 0.1)
+
+
+def test_a_llama_size_without_an_optimizers_file_takes_its_124m_settings():
+    """bench.gpu and bench.memory build llama-720m's ADOPT from config/llama_124m_adopt.py on the 720M recipe:
+    the benchmark keeps each optimizer's 124M settings at every size."""
+    from bench.recipes import paper_config_args
+
+    paths, note = paper_config_args("llama-720m", "adopt")
+    cfg, adopt_124m = load_config(paths), load_config([str(REPO / "config" / "llama_124m_adopt.py")])
+    assert "llama_124m_adopt.py on llama_720m.py" in note
+    assert (cfg.model, cfg.total_batch_size, cfg.grad_clip) == ("llama-720m", 1984 * 512, 0.1)
+    assert (cfg.learning_rate, cfg.min_lr, cfg.hyperparameters) == (adopt_124m.learning_rate, adopt_124m.min_lr,
+                                                                    adopt_124m.hyperparameters)
+
+
 @pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)
 def test_paper_model_sizes(size, optimizer):
     cfg = load_config([paper_config_path(size, optimizer)])
