@@ -16,3 +16,4 @@ lr_1d = 1e-3
 beta1_1d = 0.8
 beta2_1d = 0.999
 weight_decay_1d = 0.1
+muon_adamw = "keller"  # the AdamW inside their Muon class: eps on the uncorrected sqrt(v), decay scaled by lr

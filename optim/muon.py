@@ -42,10 +42,12 @@ class MuonHyperparameters(SideAdamW):
     muon_momentum: float = beta(0.95)
     muon_nesterov: bool = True
     muon_embeddings_on_adamw: bool = False  # the now-recommended split; the paper puts them on Muon
-    # The AdamW on Muon's other parameters: "torch" (torch's arithmetic) or "official", that of the
+    # The AdamW on Muon's other parameters: "torch" (torch's arithmetic); "official", that of the
     # official MARS repository's optimizers/adamw.py (eps added to the uncorrected sqrt(v), weight
-    # decay scaled by the bias-corrected step size), which its train_muon.py uses.
-    muon_adamw: str = setting("torch", choices=("torch", "official"))
+    # decay scaled by the bias-corrected step size), which its train_muon.py uses; or "keller", the AdamW
+    # inside Keller Jordan's Muon as llm-baselines ships it (eps added to the uncorrected sqrt(v), weight
+    # decay scaled by lr), which Semenov et al.'s runs use.
+    muon_adamw: str = setting("torch", choices=("torch", "official", "keller"))
 
     state_keys = ("muon_embeddings_on_adamw",)
 
@@ -117,6 +119,10 @@ class Muon(GroupwiseOptimizer):
         return state["momentum_buffer"]
 
 
+# muon_adamw's choices as rules.adamw_update's variants
+MUON_ADAMW_VARIANTS = {"torch": "torch", "official": "official-mars", "keller": "official-moonlight"}
+
+
 def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:
     """The paper's baseline: every 2-D parameter (embeddings too) on Muon, the rest on AdamW;
     muon_embeddings_on_adamw moves the embeddings (and the tied head) to AdamW."""
@@ -129,5 +135,5 @@ def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:
         lr=loop.learning_rate, momentum=hp.muon_momentum, nesterov=hp.muon_nesterov,
         weight_decay=hp.weight_decay, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
         adamw_eps=hp.eps, adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled,
-        adamw_variant="official-mars" if hp.muon_adamw == "official" else "torch",
+        adamw_variant=MUON_ADAMW_VARIANTS[hp.muon_adamw],
     )

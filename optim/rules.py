@@ -332,7 +332,7 @@ def moment_buffers(state: dict, p: torch.Tensor) -> dict:
 ADAMW_VARIANTS = (
     "torch",  # torch.optim.AdamW, and MARS's AdamW for 1-D parameters
     "official-mars",  # MARS/optimizers/adamw.py (train_muon.py): decay scaled by the bias-corrected step
-    "official-moonlight",  # MARS_M/optimizers/{moonlight,mars_m}.py: decay scaled by lr
+    "official-moonlight",  # MARS_M/optimizers/{moonlight,mars_m}.py and Keller Jordan's Muon: decay scaled by lr
 )
 
 

@@ -1,5 +1,6 @@
 """
-The paper recipes against the official training scripts, at the level of the loop.
+The paper recipes against the official training scripts, at the level of the loop (and, at the end of the
+file, Semenov et al.'s Llama recipes against llm-baselines' loop).
 
 For the AdamW, MARS-approx, MARS-exact and Muon paper configs (config/gpt2_small_*.py, shrunk to a
 tiny model), train.py itself runs a few steps with gradient accumulation; an independent float64
@@ -81,16 +82,18 @@ def official_lr(it: int, base_lr: float, cfg, muon: bool) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (base_lr - cfg.min_lr)
 
 
-def official_gradient(model: GPT, batches: TrainBatches, step: int, grad_clip: float) -> list[torch.Tensor]:
-    """What reaches optimizer.step(): each rank sums the loss gradients of its micro-batches (the loss is
-    never divided), DDP averages the ranks, clip_grad_norm_ scales by min(1, clip / (norm + 1e-6))."""
+def official_gradient(model: GPT, batches: TrainBatches, step: int, grad_clip: float,
+                      loss_divisor: int = 1) -> list[torch.Tensor]:
+    """What reaches optimizer.step(): each rank accumulates the loss gradients of its micro-batches, each loss
+    divided by loss_divisor (the official MARS scripts: never divided), DDP averages the ranks,
+    clip_grad_norm_ scales by min(1, clip / (norm + 1e-6))."""
     windows = batches.step_window_ids(step)
     per_rank = []
     for rank in range(RANKS):
         model.zero_grad()
         for micro in range(MICRO_STEPS):
             x, y = batches.windows.gather(windows[rank * MICRO_STEPS + micro :][:1])
-            model(x, y)[1].backward()
+            (model(x, y)[1] / loss_divisor).backward()
         per_rank.append([p.grad.clone() for p in model.parameters()])
     grads = [sum(g) / RANKS for g in zip(*per_rank)]
     norm = torch.sqrt(sum((g**2).sum() for g in grads))
@@ -98,13 +101,17 @@ def official_gradient(model: GPT, batches: TrainBatches, step: int, grad_clip: f
     return [g * coef for g in grads]
 
 
-def official_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Tensor]:
-    hp = cfg.hyperparameters
+def float64_run(tiny_dataset, cfg) -> tuple[GPT, TrainBatches]:
+    """train.py's model (the same seed, in float64) and its batches."""
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(**cfg.model_args())).double()
-    batches = TrainBatches(TokenWindows(tiny_dataset, "train", cfg.block_size), cfg.seed, 8)
-    names = [n for n, _ in model.named_parameters()]
-    params = list(model.parameters())
+    return model, TrainBatches(TokenWindows(tiny_dataset, "train", cfg.block_size), cfg.seed, 8)
+
+
+def official_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Tensor]:
+    hp = cfg.hyperparameters
+    model, batches = float64_run(tiny_dataset, cfg)
+    names, params = [n for n, _ in model.named_parameters()], list(model.parameters())
     # configure_optimizers: nn.Linear weights decay; the tied wte/lm_head, wpe and LayerNorm do not
     linear = {n for n in names if n.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))}
     state = [dict(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p), last=torch.zeros_like(p)) for p in params]
@@ -194,3 +201,108 @@ def test_paper_recipe_sharded_follows_the_official_loop(recipe, tiny_dataset, tw
     ours = load_model(os.path.join(out_dir, f"ckpt_{STEPS:07d}"))[0].state_dict()
     cfg = load_config(sharded_args(recipe, tiny_dataset, out_dir))
     assert max_relative_difference(ours, official_weights(tiny_dataset, cfg, recipe)) < 2e-6
+
+
+# ------------------------------------------------- Semenov et al.'s Llama recipes against llm-baselines' loop
+#
+# config/llama_124m_{adamw,mars,muon}.py, shrunk to a tiny Llama, against a float64 restatement of what
+# epfml/llm-optimizer-benchmark (fdecd5d: src/main.py, src/optim/base.py, src/optim/{mars,muon}.py,
+# src/models/base.py get_parameter_group_specs) does between two optimizer steps:
+#   - each micro-batch's loss divided by acc_steps (DDP averaging the ranks): the batch mean's gradient;
+#   - clip_grad_norm_(grad_clip), then opt.step(), then the scheduler's step;
+#   - --scheduler cos: torch's OneCycleLR (div_factor 100, final_div_factor 1, pct_start warmup / iterations),
+#     run here as the reference itself; Muon's CombinedScheduler runs it on Muon's lr, and its AdamW takes
+#     adamw_lr / lr of that;
+#   - weight decay on nn.Linear weights only (not the tied embedding and head, not RMSNorm);
+#   - MARS with optimize_1d=False: MARS-AdamW on the matrices, AdamW at lr_1d / mars_lr of the scheduled lr
+#     with betas_1d and weight_decay_1d=0.1 on the rest;
+#   - Muon on every parameter with ndim >= 2 and fewer than 10,000 rows (so not the 50,304-row embedding;
+#     the tiny model's 128-row one is sent where the real one goes), NS5 on fp32 (the update's bf16 buffer
+#     is CUDA-only), no weight decay; the AdamW inside their Muon class on the rest: eps added to the
+#     uncorrected sqrt(v), p *= 1 - lr * wd, step lr sqrt(1 - beta2^t) / (1 - beta1^t).
+LLAMA_RECIPES = {"llama_adamw": "llama_124m_adamw.py", "llama_mars": "llama_124m_mars.py",
+                 "llama_muon": "llama_124m_muon.py"}
+# What moves each off their trajectory: the 210M's AdamW beta1, the schedule, Muon's AdamW arithmetic.
+LLAMA_CONTROLS = {"llama_adamw": {"beta1": 0.9}, "llama_mars": {"lr_schedule": "cosine"},
+                  "llama_muon": {"muon_adamw": "torch"}}
+
+
+def run_llama_train_py(tiny_dataset, tmp_path, recipe: str, extra: dict) -> tuple[dict[str, torch.Tensor], object]:
+    """The recipe's own grad_clip (0.5, 0.1 at 720M) binds on the tiny model: its arithmetic is exercised."""
+    settings = {**TINY, **extra, "data_dir": tiny_dataset, "out_dir": str(tmp_path / recipe)}
+    cfg = load_config([str(REPO / "config" / LLAMA_RECIPES[recipe])] + [f"--{k}={v}" for k, v in settings.items()])
+    train.train(cfg)
+    return torch.load(tmp_path / recipe / "ckpt.pt", weights_only=True)["model"], cfg
+
+
+def one_cycle_lrs(peak: float, cfg) -> list[float]:
+    """The lr of each step under llm-baselines' OneCycleLR (the value opt.step() sees, before scheduler.step())."""
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=peak)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=peak, total_steps=cfg.max_iters, pct_start=cfg.warmup_iters / cfg.max_iters,
+        anneal_strategy="cos", cycle_momentum=False, div_factor=1e2, final_div_factor=1)
+    lrs = []
+    for _ in range(cfg.max_iters):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return lrs
+
+
+def llm_baselines_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Tensor]:
+    hp = cfg.hyperparameters
+    model, batches = float64_run(tiny_dataset, cfg)
+    names, params = [n for n, _ in model.named_parameters()], list(model.parameters())
+    linear = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    decays = [n.removesuffix(".weight") in linear and n != "lm_head.weight" for n in names]  # (tied: wte's name)
+    lrs = one_cycle_lrs(cfg.learning_rate, cfg)
+    state = [dict(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p), last=torch.zeros_like(p)) for p in params]
+    for it in range(STEPS):
+        grads = official_gradient(model, batches, it, cfg.grad_clip, loss_divisor=MICRO_STEPS)  # loss / acc_steps
+        lr = lrs[it]
+        with torch.no_grad():
+            for name, p, g, s, decay in zip(names, params, grads, state, decays):
+                s["step"] += 1
+                t = s["step"]
+                if recipe == "llama_adamw":  # torch.optim.AdamW on the two groups
+                    wd = hp.weight_decay if decay else 0.0
+                    s["m"] = hp.beta1 * s["m"] + (1 - hp.beta1) * g
+                    s["v"] = hp.beta2 * s["v"] + (1 - hp.beta2) * g * g
+                    p.mul_(1 - lr * wd)
+                    p.sub_(lr / (1 - hp.beta1**t) * s["m"] / (s["v"].sqrt() / math.sqrt(1 - hp.beta2**t) + hp.eps))
+                elif recipe == "llama_mars":  # the official MARS, mars-adamw, approximate
+                    if p.ndim == 2:
+                        b1, b2, wd, step_lr = hp.beta1, hp.beta2, hp.weight_decay if decay else 0.0, lr
+                        c = g + hp.gamma * b1 / (1 - b1) * (g - s["last"])
+                        c = c / c.norm() if c.norm() > 1 else c
+                    else:
+                        b1, b2, wd, c = hp.beta1_1d, hp.beta2_1d, hp.weight_decay_1d, g
+                        step_lr = lr * hp.lr_1d / cfg.learning_rate
+                    s["m"] = b1 * s["m"] + (1 - b1) * c
+                    s["v"] = b2 * s["v"] + (1 - b2) * c * c
+                    p.sub_(step_lr * (wd * p + s["m"] / ((s["v"].sqrt() / math.sqrt(1 - b2**t) + hp.eps) * (1 - b1**t))))
+                    s["last"] = g
+                elif p.ndim >= 2 and name != "transformer.wte.weight":  # Muon, no weight decay
+                    s["m"] = hp.muon_momentum * s["m"] + g
+                    direction = g + hp.muon_momentum * s["m"]
+                    p.sub_(lr * reference_ns5(direction, 1e-7) * max(1, p.shape[0] / p.shape[1]) ** 0.5)
+                else:  # the AdamW inside their Muon class, at adamw_lr / lr of the schedule
+                    adamw_lr = lr * hp.lr_1d / cfg.learning_rate
+                    s["m"] = hp.beta1_1d * s["m"] + (1 - hp.beta1_1d) * g
+                    s["v"] = hp.beta2_1d * s["v"] + (1 - hp.beta2_1d) * g * g
+                    p.mul_(1 - adamw_lr * hp.weight_decay_1d)
+                    step_size = adamw_lr * math.sqrt(1 - hp.beta2_1d**t) / (1 - hp.beta1_1d**t)
+                    p.sub_(step_size * s["m"] / (s["v"].sqrt() + hp.eps))
+    return dict(model.state_dict())
+
+
+@pytest.mark.parametrize("recipe", list(LLAMA_RECIPES))
+def test_llama_benchmark_recipe_follows_llm_baselines_loop(recipe, tiny_dataset, tmp_path):
+    ours, cfg = run_llama_train_py(tiny_dataset, tmp_path, recipe, {})
+    assert cfg.model_args()["architecture"] == "llama"
+    reference = llm_baselines_weights(tiny_dataset, cfg, recipe)
+    assert max_relative_difference(ours, reference) < 2e-6  # float32 rounding over a few steps
+
+    control, _ = run_llama_train_py(tiny_dataset, tmp_path / "control", recipe, LLAMA_CONTROLS[recipe])
+    # the test can fail: torch's AdamW arithmetic on Muon's side, the smallest of the controls, lands 4e-5 away
+    assert max_relative_difference(control, reference) > 1e-5
