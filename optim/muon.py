@@ -33,6 +33,8 @@ from optim.routing import Route, routed_params, routing
 from optim.rules import ADAMW_VARIANTS, GroupwiseOptimizer, adamw_update, decoupled_step_
 
 NS5_EPS = 1e-7  # the official Muon's; MARS-Shampoo uses the optimizer's eps
+# muon_adamw's choices, as rules.adamw_update's variants
+MUON_ADAMW_VARIANTS = {"torch": "torch", "official": "official-mars", "keller": "official-moonlight"}
 
 
 @dataclass
@@ -47,7 +49,7 @@ class MuonHyperparameters(SideAdamW):
     # decay scaled by the bias-corrected step size), which its train_muon.py uses; or "keller", the AdamW
     # inside Keller Jordan's Muon as llm-baselines ships it (eps added to the uncorrected sqrt(v), weight
     # decay scaled by lr), which Semenov et al.'s runs use.
-    muon_adamw: str = setting("torch", choices=("torch", "official", "keller"))
+    muon_adamw: str = setting("torch", choices=tuple(MUON_ADAMW_VARIANTS))
 
     state_keys = ("muon_embeddings_on_adamw",)
 
@@ -117,10 +119,6 @@ class Muon(GroupwiseOptimizer):
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state["momentum_buffer"]
-
-
-# muon_adamw's choices as rules.adamw_update's variants
-MUON_ADAMW_VARIANTS = {"torch": "torch", "official": "official-mars", "keller": "official-moonlight"}
 
 
 def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:

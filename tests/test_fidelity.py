@@ -58,8 +58,9 @@ RESEARCH_DEFAULTS = {
 }
 
 
-def run_train_py(tiny_dataset, tmp_path, recipe: str, extra: dict) -> dict[str, torch.Tensor]:
-    config_file, overrides = RECIPES[recipe]
+def run_train_py(tiny_dataset, tmp_path, recipe: str, extra: dict, recipes: dict = RECIPES
+                 ) -> tuple[dict[str, torch.Tensor], object]:
+    config_file, overrides = recipes[recipe]
     settings = {**TINY, **overrides, **extra, "data_dir": tiny_dataset, "out_dir": str(tmp_path / recipe)}
     cfg = load_config([str(REPO / "config" / config_file)] + [f"--{k}={v}" for k, v in settings.items()])
     train.train(cfg)
@@ -108,6 +109,40 @@ def float64_run(tiny_dataset, cfg) -> tuple[GPT, TrainBatches]:
     return model, TrainBatches(TokenWindows(tiny_dataset, "train", cfg.block_size), cfg.seed, 8)
 
 
+def torch_adamw_(p: torch.Tensor, g: torch.Tensor, s: dict, lr: float, weight_decay: float, hp) -> None:
+    """torch.optim.AdamW's step of p (s: its step count, already advanced, and moments)."""
+    t = s["step"]
+    s["m"] = hp.beta1 * s["m"] + (1 - hp.beta1) * g
+    s["v"] = hp.beta2 * s["v"] + (1 - hp.beta2) * g * g
+    p.mul_(1 - lr * weight_decay)
+    p.sub_(lr / (1 - hp.beta1**t) * s["m"] / (s["v"].sqrt() / math.sqrt(1 - hp.beta2**t) + hp.eps))
+
+
+def official_mars_(p: torch.Tensor, g: torch.Tensor, s: dict, lr: float, weight_decay: float, hp, cfg) -> None:
+    """MARS/optimizers/mars.py, mars-adamw, optimize_1d=False: MARS-AdamW on a 2-D p from g and s["last"]
+    (its weight_decay given), AdamW at lr_1d / learning_rate of lr with betas_1d and weight_decay_1d on a 1-D p."""
+    t = s["step"]
+    if p.ndim == 2:
+        b1, b2, wd, step_lr = hp.beta1, hp.beta2, weight_decay, lr
+        c = g + hp.gamma * b1 / (1 - b1) * (g - s["last"])
+        if c.norm() > 1:
+            c = c / c.norm()
+    else:
+        b1, b2, wd, c = hp.beta1_1d, hp.beta2_1d, hp.weight_decay_1d, g
+        step_lr = lr * hp.lr_1d / cfg.learning_rate
+    s["m"] = b1 * s["m"] + (1 - b1) * c
+    s["v"] = b2 * s["v"] + (1 - b2) * c * c
+    denom = (s["v"].sqrt() / math.sqrt(1 - b2**t) + hp.eps) * (1 - b1**t)
+    p.sub_(step_lr * (wd * p + s["m"] / denom))
+
+
+def muon_update(p: torch.Tensor, g: torch.Tensor, s: dict, momentum: float) -> torch.Tensor:
+    """Keller Jordan's Muon (Nesterov): the momentum advanced, NS5 of g + momentum * m, scaled by
+    max(1, rows / cols)^0.5."""
+    s["m"] = momentum * s["m"] + g
+    return reference_ns5(g + momentum * s["m"], 1e-7) * max(1, p.shape[0] / p.shape[1]) ** 0.5
+
+
 def official_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Tensor]:
     hp = cfg.hyperparameters
     model, batches = float64_run(tiny_dataset, cfg)
@@ -124,34 +159,15 @@ def official_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Tensor]:
             for name, p, g, s in zip(names, params, grads, state):
                 s["step"] += 1
                 t = s["step"]
-                if recipe == "adamw":  # torch.optim.AdamW
-                    lr, wd = official_lr(it, cfg.learning_rate, cfg, False), hp.weight_decay if name in linear else 0.0
-                    s["m"] = hp.beta1 * s["m"] + (1 - hp.beta1) * g
-                    s["v"] = hp.beta2 * s["v"] + (1 - hp.beta2) * g * g
-                    p.mul_(1 - lr * wd)
-                    denom = s["v"].sqrt() / math.sqrt(1 - hp.beta2**t) + hp.eps
-                    p.sub_(lr / (1 - hp.beta1**t) * s["m"] / denom)
-                elif recipe.startswith("mars"):  # MARS/optimizers/mars.py, mars-adamw
-                    lr = official_lr(it, cfg.learning_rate, cfg, False)
-                    if p.ndim == 2:
-                        b1, b2, wd = hp.beta1, hp.beta2, hp.weight_decay if name in linear else 0.0
-                        c = g + hp.gamma * b1 / (1 - b1) * (g - s["last"])
-                        if c.norm() > 1:
-                            c = c / c.norm()
-                        step_lr = lr
-                    else:  # 1-D: AdamW inside MARS, lr scaled by lr_1d / learning_rate, weight_decay_1d
-                        b1, b2, wd, c = hp.beta1_1d, hp.beta2_1d, hp.weight_decay_1d, g
-                        step_lr = lr * hp.lr_1d / cfg.learning_rate
-                    s["m"] = b1 * s["m"] + (1 - b1) * c
-                    s["v"] = b2 * s["v"] + (1 - b2) * c * c
-                    denom = (s["v"].sqrt() / math.sqrt(1 - b2**t) + hp.eps) * (1 - b1**t)
-                    p.sub_(step_lr * (wd * p + s["m"] / denom))
+                wd = hp.weight_decay if name in linear else 0.0
+                if recipe == "adamw":
+                    torch_adamw_(p, g, s, official_lr(it, cfg.learning_rate, cfg, False), wd, hp)
+                elif recipe.startswith("mars"):
+                    official_mars_(p, g, s, official_lr(it, cfg.learning_rate, cfg, False), wd, hp, cfg)
                     s["last"] = g if recipe == "mars_approx" else s["last"]
                 elif p.ndim == 2:  # MARS/optimizers/muon.py on every 2-D parameter
                     lr = official_lr(it, cfg.learning_rate, cfg, True)
-                    s["m"] = hp.muon_momentum * s["m"] + g
-                    direction = g + hp.muon_momentum * s["m"]
-                    update = reference_ns5(direction, 1e-7) * max(1, p.shape[0] / p.shape[1]) ** 0.5
+                    update = muon_update(p, g, s, hp.muon_momentum)
                     p.mul_(1 - lr * hp.weight_decay).sub_(lr * update)
                 else:  # MARS/optimizers/adamw.py on the rest
                     lr = official_lr(it, hp.lr_1d, cfg, True)
@@ -220,19 +236,12 @@ def test_paper_recipe_sharded_follows_the_official_loop(recipe, tiny_dataset, tw
 #     the tiny model's 128-row one is sent where the real one goes), NS5 on fp32 (the update's bf16 buffer
 #     is CUDA-only), no weight decay; the AdamW inside their Muon class on the rest: eps added to the
 #     uncorrected sqrt(v), p *= 1 - lr * wd, step lr sqrt(1 - beta2^t) / (1 - beta1^t).
-LLAMA_RECIPES = {"llama_adamw": "llama_124m_adamw.py", "llama_mars": "llama_124m_mars.py",
-                 "llama_muon": "llama_124m_muon.py"}
+# (The recipe's own grad_clip, 0.5, binds on the tiny model: its arithmetic is exercised.)
+LLAMA_RECIPES = {"llama_adamw": ("llama_124m_adamw.py", {}), "llama_mars": ("llama_124m_mars.py", {}),
+                 "llama_muon": ("llama_124m_muon.py", {})}
 # What moves each off their trajectory: the 210M's AdamW beta1, the schedule, Muon's AdamW arithmetic.
 LLAMA_CONTROLS = {"llama_adamw": {"beta1": 0.9}, "llama_mars": {"lr_schedule": "cosine"},
                   "llama_muon": {"muon_adamw": "torch"}}
-
-
-def run_llama_train_py(tiny_dataset, tmp_path, recipe: str, extra: dict) -> tuple[dict[str, torch.Tensor], object]:
-    """The recipe's own grad_clip (0.5, 0.1 at 720M) binds on the tiny model: its arithmetic is exercised."""
-    settings = {**TINY, **extra, "data_dir": tiny_dataset, "out_dir": str(tmp_path / recipe)}
-    cfg = load_config([str(REPO / "config" / LLAMA_RECIPES[recipe])] + [f"--{k}={v}" for k, v in settings.items()])
-    train.train(cfg)
-    return torch.load(tmp_path / recipe / "ckpt.pt", weights_only=True)["model"], cfg
 
 
 def one_cycle_lrs(peak: float, cfg) -> list[float]:
@@ -264,28 +273,14 @@ def llm_baselines_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Ten
             for name, p, g, s, decay in zip(names, params, grads, state, decays):
                 s["step"] += 1
                 t = s["step"]
+                wd = hp.weight_decay if decay else 0.0
                 if recipe == "llama_adamw":  # torch.optim.AdamW on the two groups
-                    wd = hp.weight_decay if decay else 0.0
-                    s["m"] = hp.beta1 * s["m"] + (1 - hp.beta1) * g
-                    s["v"] = hp.beta2 * s["v"] + (1 - hp.beta2) * g * g
-                    p.mul_(1 - lr * wd)
-                    p.sub_(lr / (1 - hp.beta1**t) * s["m"] / (s["v"].sqrt() / math.sqrt(1 - hp.beta2**t) + hp.eps))
-                elif recipe == "llama_mars":  # the official MARS, mars-adamw, approximate
-                    if p.ndim == 2:
-                        b1, b2, wd, step_lr = hp.beta1, hp.beta2, hp.weight_decay if decay else 0.0, lr
-                        c = g + hp.gamma * b1 / (1 - b1) * (g - s["last"])
-                        c = c / c.norm() if c.norm() > 1 else c
-                    else:
-                        b1, b2, wd, c = hp.beta1_1d, hp.beta2_1d, hp.weight_decay_1d, g
-                        step_lr = lr * hp.lr_1d / cfg.learning_rate
-                    s["m"] = b1 * s["m"] + (1 - b1) * c
-                    s["v"] = b2 * s["v"] + (1 - b2) * c * c
-                    p.sub_(step_lr * (wd * p + s["m"] / ((s["v"].sqrt() / math.sqrt(1 - b2**t) + hp.eps) * (1 - b1**t))))
+                    torch_adamw_(p, g, s, lr, wd, hp)
+                elif recipe == "llama_mars":  # the official MARS, approximate
+                    official_mars_(p, g, s, lr, wd, hp, cfg)
                     s["last"] = g
                 elif p.ndim >= 2 and name != "transformer.wte.weight":  # Muon, no weight decay
-                    s["m"] = hp.muon_momentum * s["m"] + g
-                    direction = g + hp.muon_momentum * s["m"]
-                    p.sub_(lr * reference_ns5(direction, 1e-7) * max(1, p.shape[0] / p.shape[1]) ** 0.5)
+                    p.sub_(lr * muon_update(p, g, s, hp.muon_momentum))
                 else:  # the AdamW inside their Muon class, at adamw_lr / lr of the schedule
                     adamw_lr = lr * hp.lr_1d / cfg.learning_rate
                     s["m"] = hp.beta1_1d * s["m"] + (1 - hp.beta1_1d) * g
@@ -298,11 +293,11 @@ def llm_baselines_weights(tiny_dataset, cfg, recipe: str) -> dict[str, torch.Ten
 
 @pytest.mark.parametrize("recipe", list(LLAMA_RECIPES))
 def test_llama_benchmark_recipe_follows_llm_baselines_loop(recipe, tiny_dataset, tmp_path):
-    ours, cfg = run_llama_train_py(tiny_dataset, tmp_path, recipe, {})
+    ours, cfg = run_train_py(tiny_dataset, tmp_path, recipe, {}, LLAMA_RECIPES)
     assert cfg.model_args()["architecture"] == "llama"
     reference = llm_baselines_weights(tiny_dataset, cfg, recipe)
     assert max_relative_difference(ours, reference) < 2e-6  # float32 rounding over a few steps
 
-    control, _ = run_llama_train_py(tiny_dataset, tmp_path / "control", recipe, LLAMA_CONTROLS[recipe])
+    control, _ = run_train_py(tiny_dataset, tmp_path / "control", recipe, LLAMA_CONTROLS[recipe], LLAMA_RECIPES)
     # the test can fail: torch's AdamW arithmetic on Muon's side, the smallest of the controls, lands 4e-5 away
     assert max_relative_difference(control, reference) > 1e-5
