@@ -96,6 +96,7 @@ from torch.utils._pytree import tree_leaves
 import bench
 from bench.recipes import paper_config_args
 import optim.newton_schulz
+from optim.newton_schulz import ns5_flops
 from config import TrainConfig
 from model import GPT, GPTConfig, mlp_hidden
 from optim import OPTIMIZERS, load_config
@@ -272,18 +273,18 @@ def take_profile(cfg: TrainConfig) -> OptimizerProfile:
     optimizer.register_step_pre_hook(
         lambda *_: counts.append(_count_state(model, optimizer, {g.untyped_storage().data_ptr() for g in kept})))
     shapes = []
-    original = optim.newton_schulz.newton_schulz5
+    original = optim.newton_schulz.newton_schulz5_batched
 
-    def recorded(matrix: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        shapes.append(tuple(matrix.shape))
-        return original(matrix, *args, **kwargs)
+    def recorded(matrices: list[torch.Tensor], *args, **kwargs) -> list[torch.Tensor]:
+        shapes.extend(tuple(matrix.shape) for matrix in matrices)
+        return original(matrices, *args, **kwargs)
 
-    optim.newton_schulz.newton_schulz5 = recorded
+    optim.newton_schulz.newton_schulz5_batched = recorded
     try:
         for step in range(2):  # the second step holds what the first made: g_prev, MARS-exact's stash
             steps.optimizer_step(step)
     finally:
-        optim.newton_schulz.newton_schulz5 = original
+        optim.newton_schulz.newton_schulz5_batched = original
     kind_of_shape = {tuple(p.shape): kind for kind, params in parameter_kinds(model).items() for p in params}
     largest = max(counts, key=lambda c: sum(cost.own + cost.kept_gradients + cost.per_tensor + cost.per_row
                                             for cost in c.values()))
@@ -574,7 +575,8 @@ def communication(run: Run) -> dict[str, float]:
     if not run.fsdp:
         out["all-reduce (fp32 gradients)"] = passes * 2 * ring * 4 * sum(t.numel for t in tensors)
         if matrices:
-            out["Newton-Schulz results"] = exchanged_bytes([t.numel for t in matrices], n, ns5_bytes)
+            out["Newton-Schulz results"] = exchanged_bytes([t.numel for t in matrices], ns5_costs(matrices), n,
+                                                           ns5_bytes)
         return out
     whole = {unit: n * held_bytes([t for t in tensors if t.block == unit], n, 0, True, 1)
              for unit in {t.block for t in tensors}}
@@ -587,10 +589,15 @@ def communication(run: Run) -> dict[str, float]:
     return out
 
 
+def ns5_costs(matrices: list[Tensor]) -> list[int]:
+    """What the owner plan balances (optim.newton_schulz.newton_schulz5_across_ranks): each matrix's NS5 FLOPs."""
+    return [ns5_flops(*t.shape) for t in matrices]
+
+
 def ns5_exchange(matrices: list[Tensor], n: int, element_bytes: int) -> tuple[float, float]:
     """Bytes the busiest rank receives in optim.sharding.on_owner_ranks' two all-to-alls (Newton-Schulz's):
     the other ranks' rows of the matrices it owns, then its rows of the others' results."""
-    owners, _ = balanced_owners([t.numel for t in matrices], n)
+    owners, _ = balanced_owners(ns5_costs(matrices), n)
     gather = [sum(t.numel - t.local(n, r) for t, owner in zip(matrices, owners) if owner == r) for r in range(n)]
     back = [sum(t.local(n, r) for t, owner in zip(matrices, owners) if owner != r) for r in range(n)]
     return element_bytes * max(gather), element_bytes * max(back)

@@ -207,7 +207,7 @@ def print_ns5_exchange(matrix_sizes: list[int]) -> None:
           f"{sum(matrix_sizes) / 1e6:.1f}M elements):")
     for world_size in (2, 8, 32):
         padded_fp32 = (world_size - 1) * max(balanced_owners(matrix_sizes, world_size)[1]) * 4
-        unequal_bf16 = exchanged_bytes(matrix_sizes, world_size, element_size=2)
+        unequal_bf16 = exchanged_bytes(matrix_sizes, matrix_sizes, world_size, element_size=2)
         print(f"  {world_size:>2} ranks: {unequal_bf16 / 1e9:.3f} GB (bf16, unequal parts) vs {padded_fp32 / 1e9:.3f} GB "
               f"(fp32, padded): {padded_fp32 / unequal_bf16:.1f}x less")
 

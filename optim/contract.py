@@ -17,7 +17,9 @@ checks them with isinstance, never by looking for attributes:
   - EvaluationWeights: the weights to evaluate and save differ from those gradients are taken at
     (Schedule-Free): eval_weights() swaps to them, train_weights() back;
   - GroupState: it keeps run state (step counts, averages) in its param groups, which a resume
-    restores from the checkpoint (the groups' hyperparameters come from the config).
+    restores from the checkpoint (the groups' hyperparameters come from the config);
+  - MatrixProducts: the matrix products its step performs, batched as it batches them, from which the
+    benchmarks count its FLOPs and time its floor (bench/optimizer_step.py, bench/gpu.py).
 Every param group carries "base_lr"; the schedule sets lr = base_lr * its multiplier.
 """
 
@@ -29,7 +31,7 @@ import math
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, NamedTuple
 
 import torch
 
@@ -148,6 +150,31 @@ class GroupState:
     """An optimizer that keeps run state in its param groups, under these keys."""
 
     group_state_keys: ClassVar[tuple[str, ...]]
+
+
+class Product(NamedTuple):
+    """A batched matrix product a step performs: batch x (rows x inner) @ (inner x cols) in dtype, per_step times
+    a step on average (NS5's five iterations: 5; SOAP's refresh every 10 steps: 0.1)."""
+
+    batch: int
+    rows: int
+    inner: int
+    cols: int
+    dtype: torch.dtype
+    per_step: float = 1.0
+
+    def flops(self) -> float:
+        """Per step, on average."""
+        return 2.0 * self.batch * self.rows * self.inner * self.cols * self.per_step
+
+
+class MatrixProducts(abc.ABC):
+    """An optimizer whose step is mostly matrix products (the matrix optimizers)."""
+
+    @abc.abstractmethod
+    def products(self) -> list[Product]:
+        """The matrix products one step performs over the whole model, on one process, as it batches them (under
+        torch.distributed the same work is shared out over owner ranks: bench.optimizer_step counts each rank's)."""
 
 
 @contextmanager

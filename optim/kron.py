@@ -266,9 +266,9 @@ class Kron(GroupState, ListwiseOptimizer):
         units = [[m] + [s[f"q{d}"] for d in range(len(layout.shape))] for m, s, layout in zip(exp_avgs, states, layouts)]
         debias = 1 - beta1**t
 
-        def kron_step(i: int, whole: list[torch.Tensor]) -> list[torch.Tensor]:
-            return precondition(whole[0] / debias, whole[1:], layouts[i], t, self.index[id(params[i])], update,
-                                balance, self.settings["precond_lr"])
+        def kron_step(indices: list[int], wholes: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
+            return [precondition(whole[0] / debias, whole[1:], layouts[i], t, self.index[id(params[i])], update,
+                                 balance, self.settings["precond_lr"]) for i, whole in zip(indices, wholes)]
 
         results = on_owner_ranks(units, kron_step, torch.float32)
         torch._foreach_copy_(local([q for unit in units for q in unit[1:]]), local([q for r in results for q in r[1:]]))

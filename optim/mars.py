@@ -57,9 +57,9 @@ import torch
 import torch.nn as nn
 
 from optim.adamw import AdamWHyperparameters, SideAdamW
-from optim.contract import Loop, SecondGradient, VarianceReduction, setting
+from optim.contract import Loop, MatrixProducts, Product, SecondGradient, VarianceReduction, setting
 from optim.diagnostics import variance_reduction_stats
-from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
+from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks, ns5_dtype, ns5_products
 from optim.rules import (
     MARS_ADAMW, MARS_LION, GroupwiseOptimizer, adam_state, adam_step_scalars, adamw_update, decoupled_step_,
     mars_momentum_, scalar_tensor, sharded_clip_scales,
@@ -167,7 +167,7 @@ class KeptGradients(SecondGradient, VarianceReduction):
         super().zero_grad(set_to_none)
 
 
-class MARS(KeptGradients, GroupwiseOptimizer):
+class MARS(MatrixProducts, KeptGradients, GroupwiseOptimizer):
     def __init__(
         self, params: Iterable, lr: float = 3e-3, betas: tuple[float, float] = (0.95, 0.99), eps: float = 1e-8,
         weight_decay: float = 0.0, amsgrad: bool = False, gamma: float = 0.025, is_approx: bool = True,
@@ -195,6 +195,13 @@ class MARS(KeptGradients, GroupwiseOptimizer):
         self.lr_1d_factor = lr_1d / lr
         self.compiled = compiled
         self.needs_grad_on_next_batch = not is_approx  # (SecondGradient)
+
+    def products(self) -> list[Product]:
+        """MARS-Shampoo's NS5 of its matrices, batched by shape within each group; none for the element-wise types."""
+        return [product for group in self.param_groups
+                for matrices in [[p for p in group["params"] if _rule(p, group["mars_type"]) == "mars-shampoo"]]
+                if matrices for product in ns5_products([tuple(p.shape) for p in matrices], 5,
+                                                        ns5_dtype(matrices[0].device))]
 
     @staticmethod
     def uses_mars_rule(p: torch.Tensor, group: dict) -> bool:

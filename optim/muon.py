@@ -27,8 +27,8 @@ import torch
 import torch.nn as nn
 
 from optim.adamw import SideAdamW
-from optim.contract import Loop, beta, setting
-from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
+from optim.contract import Loop, MatrixProducts, Product, beta, setting
+from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks, ns5_dtype, ns5_products
 from optim.routing import Route, routed_params, routing
 from optim.rules import ADAMW_VARIANTS, GroupwiseOptimizer, adamw_update, decoupled_step_
 
@@ -57,7 +57,7 @@ class MuonHyperparameters(SideAdamW):
         return "Muon"
 
 
-class Muon(GroupwiseOptimizer):
+class Muon(MatrixProducts, GroupwiseOptimizer):
     def __init__(
         self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
         weight_decay: float = 0.0, ns_steps: int = 5, adamw_lr: float = 3e-3,
@@ -92,6 +92,12 @@ class Muon(GroupwiseOptimizer):
         if param_group["use_muon"] and any(p.ndim != 2 for p in param_group["params"]):
             raise ValueError("Muon orthogonalises 2-D matrices only; put other parameters in a use_muon=False group")
         super().add_param_group(param_group)
+
+    def products(self) -> list[Product]:
+        """NS5 of the matrices on the Muon rule, batched by shape within each group (as update_group runs it)."""
+        return [product for group in self.param_groups if group["use_muon"] and group["params"]
+                for product in ns5_products([tuple(p.shape) for p in group["params"]], group["ns_steps"],
+                                            ns5_dtype(group["params"][0].device))]
 
     def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
         if group["use_muon"]:

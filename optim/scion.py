@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from optim.contract import Hyperparameters, Loop, positive, setting
-from optim.newton_schulz import newton_schulz5, ns5_dtype
+from optim.contract import Hyperparameters, Loop, MatrixProducts, Product, positive, setting
+from optim.newton_schulz import newton_schulz5_across_ranks, ns5_dtype, ns5_products
 from optim.routing import parameter_kinds
 from optim.rules import GroupwiseOptimizer
-from optim.sharding import local, on_owner_ranks, shard_group, squared_norms
+from optim.sharding import local, shard_group, squared_norms
 
 NS5_EPS = 1e-7  # the authors' zeropower_via_newtonschulz5
 
@@ -51,11 +51,19 @@ class ScionHyperparameters(Hyperparameters):
         return "Scion"
 
 
-class Scion(GroupwiseOptimizer):
+class Scion(MatrixProducts, GroupwiseOptimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.1, unconstrained: bool = False,
                  ns_steps: int = 5):
         """params: groups that each say their lmo ("spectral", "sign", "sign_normalized" or "bias_rms") and scale."""
         super().__init__(params, dict(lr=lr, momentum=momentum, unconstrained=unconstrained, ns_steps=ns_steps))
+
+    def products(self) -> list[Product]:
+        """NS5 of the spectral groups' matrices (a fused q, k, v as three), batched by shape within each group."""
+        return [product for group in self.param_groups if group["lmo"] == "spectral" and group["params"]
+                for product in ns5_products([(p.shape[0] // count, p.shape[1])
+                                             for p, count in zip(group["params"], group["pieces"])
+                                             for _ in range(count)], group["ns_steps"],
+                                            ns5_dtype(group["params"][0].device))]
 
     def update_group(self, group: dict, params: list[torch.Tensor]) -> None:
         lr, momentum = group["lr"], group["momentum"]
@@ -72,12 +80,9 @@ class Scion(GroupwiseOptimizer):
         if lmo == "spectral":  # on owner ranks; a fused q, k, v matrix as its three matrices
             pieces = dict(zip(map(id, group["params"]), group["pieces"]))
             counts = [pieces[id(p)] for p in params]
-
-            def spectral(i: int, whole: list[torch.Tensor]) -> list[torch.Tensor]:
-                return [torch.cat([newton_schulz5(part, group["ns_steps"], NS5_EPS) * (part.shape[0] / part.shape[1]) ** 0.5
-                                   for part in whole[0].chunk(counts[i])])]
-
-            updates = [u for (u,) in on_owner_ranks([[b] for b in buffers], spectral, ns5_dtype(buffers[0].device))]
+            updates = newton_schulz5_across_ranks(buffers, group["ns_steps"], NS5_EPS, counts)
+            torch._foreach_mul_(updates, [(p.shape[0] / count / p.shape[1]) ** 0.5 for p, count in zip(params, counts)])
+            updates = local(updates)
         elif lmo in ("sign", "sign_normalized"):
             updates = torch._foreach_sign(local(buffers))
             if lmo == "sign_normalized":

@@ -5,9 +5,10 @@ run on those local blocks as they are (the compiled rules too, on plain local te
 what needs a whole tensor is gathered here, once per step for all tensors:
   - a per-tensor norm (MARS's clip of c, the diagnostics): each rank's squared norms of its blocks,
     summed by one all-reduce over the shard group;
-  - whole matrices go to one owner rank each, which computes on them, and the results come back
-    (on_owner_ranks: Newton-Schulz, Kron's preconditioners); without sharding (DDP) the owner computes
-    and broadcasts, so no rank repeats another's work;
+  - whole matrices go to one owner rank each (balanced by their work), which computes on all of its own in
+    one call (batched: Newton-Schulz by shape, Kron's preconditioners by layout), and the results come back
+    (on_owner_ranks); without sharding (DDP) the owner computes and broadcasts, so no rank repeats another's
+    work;
   - whole matrices on every rank (SOAP's statistics: optim/soap.py), one all-gather for all of them,
     each rank then computing the rows of the results it holds (local_rows).
 Unsharded tensors pass through every function unchanged, with no communication.
@@ -82,62 +83,75 @@ def row_blocks(rows: int, world_size: int) -> list[int]:
     return [max(0, min(block, rows - r * block)) for r in range(world_size)]
 
 
-def balanced_owners(sizes: list[int], world_size: int) -> tuple[list[int], list[int]]:
-    """A rank for each unit of work: largest first, each to the least-loaded rank (the same on every rank);
-    and each rank's load, its units' total size."""
-    owners, loads = [0] * len(sizes), [0] * world_size
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+def balanced_owners(costs: list[float], world_size: int) -> tuple[list[int], list[float]]:
+    """A rank for each unit of work: costliest first, each to the least-loaded rank (the same on every rank);
+    and each rank's load, its units' total cost."""
+    owners, loads = [0] * len(costs), [0] * world_size
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
         owners[i] = loads.index(min(loads))
-        loads[owners[i]] += sizes[i]
+        loads[owners[i]] += costs[i]
     return owners, loads
 
 
-def exchanged_bytes(sizes: list[int], world_size: int, element_size: int) -> int:
-    """Bytes one rank receives per on_owner_ranks call over plain tensors at most (the busiest link)."""
-    _, loads = balanced_owners(sizes, world_size)
-    return (sum(loads) - min(loads)) * element_size
+def exchanged_bytes(sizes: list[int], costs: list[float], world_size: int, element_size: int) -> int:
+    """Bytes one rank receives per on_owner_ranks call over plain tensors at most (the busiest link): units of
+    these sizes (elements), owned as balanced_owners places them by these costs."""
+    owners, _ = balanced_owners(costs, world_size)
+    held = [sum(size for size, owner in zip(sizes, owners) if owner == r) for r in range(world_size)]
+    return (sum(held) - min(held)) * element_size
 
 
-Compute = Callable[[int, Tensors], Tensors]
+# compute(indices, the whole tensors of those units) -> each unit's results: called once per rank with every
+# unit it owns, so that it can batch them (Newton-Schulz by shape).
+Compute = Callable[[list[int], list[Tensors]], list[Tensors]]
 
 
-def on_owner_ranks(units: list[Tensors], compute: Compute, dtype: torch.dtype) -> list[Tensors]:
-    """compute(i, whole tensors of unit i) -> tensors of the same shapes, for every unit, each unit computed on
-    one owner rank (balanced by size) and its results returned to every rank laid out as its inputs: sharded
-    units (DTensors on dim 0 over one group: FSDP2) go to their owner by one all-to-all and come back as each
-    rank's rows by another; plain ones (DDP: every rank holds them whole) are computed by their owner and
-    broadcast. Everything travels in dtype (what compute returns, so the transfers are exact) and comes back
-    in each input's dtype. Without torch.distributed, or on one rank, every unit is computed here."""
+def on_owner_ranks(units: list[Tensors], compute: Compute, dtype: torch.dtype,
+                   costs: list[float] | None = None) -> list[Tensors]:
+    """Tensors of the same shapes as each unit's, computed from the whole unit on one owner rank, for every unit,
+    and returned to every rank laid out as its inputs. Owners are balanced by each unit's cost (its elements if
+    none is given: give the work, FLOPs, where it grows otherwise), and each rank computes all the units it
+    owns in one compute call. Sharded units (DTensors on dim 0 over one group: FSDP2) go to their owner by one
+    all-to-all and come back as each rank's rows by another; plain ones (DDP: every rank holds them whole) are
+    computed by their owner and broadcast. Everything travels in dtype (what compute returns, so the transfers
+    are exact) and comes back in each input's dtype. Without torch.distributed, or on one rank, every unit is
+    computed here, in one call."""
     if not units:
         return []
-    if isinstance(units[0][0], DTensor):
-        return _on_owners_of_shards(units, compute, dtype)
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [[r.to(t.dtype) for r, t in zip(compute(i, unit), unit)] for i, unit in enumerate(units)]
-    world_size, rank = dist.get_world_size(), dist.get_rank()
     sizes = [sum(t.numel() for t in unit) for unit in units]
-    owners, loads = balanced_owners(sizes, world_size)
-    starts = [sum(loads[:r]) for r in range(world_size)]
-    flat = torch.empty(sum(loads), dtype=dtype, device=units[0][0].device)
+    costs = sizes if costs is None else costs
+    if isinstance(units[0][0], DTensor):
+        return _on_owners_of_shards(units, compute, dtype, costs)
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [[r.to(t.dtype) for r, t in zip(results, unit)]
+                for results, unit in zip(compute(list(range(len(units))), units), units)]
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    owners, _ = balanced_owners(costs, world_size)
+    held = [sum(size for size, owner in zip(sizes, owners) if owner == r) for r in range(world_size)]
+    starts = [sum(held[:r]) for r in range(world_size)]
+    flat = torch.empty(sum(held), dtype=dtype, device=units[0][0].device)
     offsets, filled = [], list(starts)
-    for i, (unit, owner) in enumerate(zip(units, owners)):
+    for size, owner in zip(sizes, owners):
         offsets.append(filled[owner])
-        filled[owner] += sizes[i]
-        if owner == rank:
-            flat[offsets[-1] : filled[owner]] = torch.cat([r.reshape(-1) for r in compute(i, unit)])
+        filled[owner] += size
+    mine = [i for i, owner in enumerate(owners) if owner == rank]
+    if mine:
+        flat[starts[rank] : starts[rank] + held[rank]] = torch.cat(
+            [r.reshape(-1) for results in compute(mine, [units[i] for i in mine]) for r in results])
     # One broadcast per rank of its segment: an all-gather of unequal parts.
-    works = [dist.broadcast(flat[starts[r] : starts[r] + loads[r]], src=r, async_op=True)
-             for r in range(world_size) if loads[r]]
+    works = [dist.broadcast(flat[starts[r] : starts[r] + held[r]], src=r, async_op=True)
+             for r in range(world_size) if held[r]]
     for work in works:
         work.wait()
     results = []
-    for unit, offset in zip(units, offsets):
-        parts = flat[offset : offset + sum(t.numel() for t in unit)].split([t.numel() for t in unit])
+    for unit, offset, size in zip(units, offsets, sizes):
+        parts = flat[offset : offset + size].split([t.numel() for t in unit])
         results.append([part.view_as(t).to(t.dtype) for part, t in zip(parts, unit)])
     return results
 
 
-def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: torch.dtype) -> list[list[DTensor]]:
+def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: torch.dtype,
+                         costs: list[float]) -> list[list[DTensor]]:
     """on_owner_ranks of sharded units: one all-to-all sends every owner the other ranks' row blocks of its
     units' tensors, the owner computes on the whole tensors, and a second all-to-all returns each rank its
     rows of the results. Every block travels at its own size, with no padding."""
@@ -149,7 +163,7 @@ def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: to
     blocks = local(tensors)
     rows = [row_blocks(t.shape[0], world_size) for t in tensors]  # each rank's rows of each tensor
     sizes = [[r * math.prod(t.shape[1:]) for r in tensor_rows] for t, tensor_rows in zip(tensors, rows)]
-    owners, _ = balanced_owners([sum(t.numel() for t in unit) for unit in units], world_size)
+    owners, _ = balanced_owners(costs, world_size)
     owned_by = [[j for j in range(len(tensors)) if owners[unit_of[j]] == r] for r in range(world_size)]
     # to each owner, this rank's blocks of its tensors; from each rank, its blocks of this rank's tensors
     send_sizes = [sum(sizes[j][rank] for j in owned_by[r]) for r in range(world_size)]
@@ -160,10 +174,11 @@ def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: to
                   for r, part in enumerate(incoming.split(receive_sizes))]
     wholes = {j: torch.cat([from_ranks[r][k] for r in range(world_size)]).view(tensors[j].shape)
               for k, j in enumerate(owned_by[rank])}
+    mine = [i for i in range(len(units)) if owners[i] == rank]
+    members = [[j for j in range(len(tensors)) if unit_of[j] == i] for i in range(len(units))]
     cut = {}  # this rank's results, cut into each rank's rows
-    for i in sorted({unit_of[j] for j in owned_by[rank]}):
-        members = [j for j in range(len(tensors)) if unit_of[j] == i]
-        for j, result in zip(members, compute(i, [wholes[j] for j in members])):
+    for i, results in zip(mine, compute(mine, [[wholes[j] for j in members[i]] for i in mine]) if mine else []):
+        for j, result in zip(members[i], results):
             cut[j] = result.to(dtype).split(rows[j])
     returned = [cut[j][r].reshape(-1) for r in range(world_size) for j in owned_by[rank]]
     incoming = _all_to_all(returned, receive_sizes, send_sizes, dtype, device, group)
@@ -173,7 +188,7 @@ def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: to
             updates[j] = rows_of_j.view(blocks[j].shape).to(tensors[j].dtype)
     results = [DTensor.from_local(u, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride())
                for u, t in zip(updates, tensors)]
-    return [[results[j] for j in range(len(tensors)) if unit_of[j] == i] for i in range(len(units))]
+    return [[results[j] for j in members[i]] for i in range(len(units))]
 
 
 def _all_to_all(parts: Tensors, send_sizes: list[int], receive_sizes: list[int], dtype: torch.dtype,

@@ -301,18 +301,18 @@ def results_of_ranks(rt, run: str) -> dict:
 
 @contextlib.contextmanager
 def counted_orthogonalizations():
-    """Count the Newton-Schulz runs (optim.newton_schulz.newton_schulz5 calls) inside the block:
+    """Count the matrices Newton-Schulz runs on (optim.newton_schulz.newton_schulz5_batched's) inside the block:
     yields a one-item list holding the count."""
     import optim.newton_schulz
 
-    original, count = optim.newton_schulz.newton_schulz5, [0]
+    original, count = optim.newton_schulz.newton_schulz5_batched, [0]
 
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return original(*args, **kwargs)
+    def counted(matrices, *args, **kwargs):
+        count[0] += len(matrices)
+        return original(matrices, *args, **kwargs)
 
-    optim.newton_schulz.newton_schulz5 = counted
+    optim.newton_schulz.newton_schulz5_batched = counted
     try:
         yield count
     finally:
-        optim.newton_schulz.newton_schulz5 = original
+        optim.newton_schulz.newton_schulz5_batched = original
