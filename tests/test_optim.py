@@ -15,11 +15,12 @@ import pytest
 import torch
 
 from config import TrainConfig
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, PRESETS
 import optim.rules
 from optim import MARS, Muon, build_optimizer, load_config
 from optim.contract import needs_second_gradient
-from optim.newton_schulz import newton_schulz5
+from optim.newton_schulz import newton_schulz5, newton_schulz5_batched, ns5_flops
+from optim.sharding import balanced_owners
 
 STEPS = 20
 
@@ -397,6 +398,53 @@ def test_newton_schulz_orthogonalises():
     assert singular_values.min() > 0.6 and singular_values.max() < 1.25
     expected = reference_ns5(matrix.double(), 1e-7)
     torch.testing.assert_close(newton_schulz5(matrix).double(), expected, rtol=1e-4, atol=1e-5)
+
+
+def per_matrix_ns5(matrix: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+    """NS5 as optim/newton_schulz.py computed it before it batched by shape: one matrix at a time, in fp32."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = matrix / (matrix.norm() + eps)
+    tall = matrix.size(0) > matrix.size(1)
+    x = x.mT if tall else x
+    for _ in range(steps):
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.mT if tall else x
+
+
+def test_batched_newton_schulz_equals_one_matrix_at_a_time():
+    """Matrices of one shape and orientation, of transposed shapes (one batch, tall ones turned wide) and of
+    other shapes, with norms far apart: each result equals the per-matrix NS5 to float32 rounding, and does not
+    depend on what else is in its batch (what lets owner ranks batch their own shares: the resume matrix
+    compares those runs with one process bit for bit)."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(96, 32), (32, 96), (96, 32), (64, 64), (64, 64), (64, 64), (17, 5), (200, 48)]
+    matrices = [torch.randn(s, generator=gen) * scale for s, scale in zip(shapes, [1e-3, 1, 30, 1, 1e-4, 5, 1, 2])]
+    batched = newton_schulz5_batched(matrices)
+    for matrix, result in zip(matrices, batched):
+        assert result.shape == matrix.shape and result.dtype == torch.float32
+        torch.testing.assert_close(result, per_matrix_ns5(matrix), rtol=2e-6, atol=2e-6)
+    for subset in ([1], [0, 2], [3], [5, 4], [6, 7]):  # alone, or in another batch
+        for i, result in zip(subset, newton_schulz5_batched([matrices[i] for i in subset])):
+            assert torch.equal(result, batched[i]), i
+    assert torch.equal(newton_schulz5(matrices[7]), batched[7])
+
+
+def test_owner_plan_balances_newton_schulz_flops():
+    """The owner plan of the paper's Muon (every matrix, embeddings included) on GPT-2 small and XL and on
+    llama-124m and 720m, over 2, 8 and 32 ranks: the busiest rank within 10% of the mean FLOPs, unless one
+    matrix alone is more than that (GPT-2 small's 768 x 50304 embedding, 28% of the total: then that matrix
+    alone on its rank); on 2 ranks within 1% (balancing elements, as the plan did before, left the busiest of 2
+    at 1.033x the mean on GPT-2 small and 1.046x on llama-124m)."""
+    for preset in ("small", "xl", "llama-124m", "llama-720m"):
+        with torch.device("meta"):
+            model = GPT(GPTConfig(**PRESETS[preset]))
+        costs = [ns5_flops(*p.shape) for p in model.parameters() if p.ndim == 2]
+        for world_size in (2, 8, 32):
+            owners, loads = balanced_owners(costs, world_size)
+            mean = sum(costs) / world_size
+            assert max(loads) <= max((1.01 if world_size == 2 else 1.1) * mean, max(costs)), (preset, world_size)
+            assert sum(loads) == sum(costs) and sorted(set(owners)) == list(range(world_size))
 
 
 def test_muon_matches_float64_reference():

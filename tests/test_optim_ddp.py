@@ -1,51 +1,96 @@
 """
-Muon and MARS-Shampoo under `torchrun --nproc_per_node=2` (gloo) equal single-process
-runs, and each rank runs Newton-Schulz only on its share of the matrices.
+Every matrix optimizer of the registry (each one whose step is matrix products: optim.contract.MatrixProducts),
+on 2 ranks (`torchrun --nproc_per_node=2`, gloo) and on 4 (a scenario of the resume matrix's 4-rank launch), with
+plain parameters (DDP: every rank holds them whole) and with FSDP2's sharded ones, equals one process number for
+number; and each rank runs Newton-Schulz only on its share of the matrices, batched by shape.
 
-The two ranks' part is a scenario of the session's two-rank launch (conftest.two_ranks).
+The model has two blocks, so that matrices of one shape are batched (and shared out over the owner ranks), and
+widths that split unevenly over 2 and 4 ranks. The two ranks' part is a scenario of the session's two-rank launch
+(conftest.two_ranks).
 """
 
 import torch
+import torch.distributed as dist
 
 from conftest import counted_orthogonalizations, scenario_result
-from optim import MARS, Muon
+from model import GPT, GPTConfig
+from optim import OPTIMIZERS, build_optimizer, load_config
+from optim.contract import MatrixProducts
 
-SHAPES = [(48, 32), (32, 96), (64, 64), (16, 16), (96,), (32,)]
-STEPS = 5
-OPTIMIZERS = {
-    "muon": lambda params: Muon(params, weight_decay=0.01, compiled=False),
-    "mars-shampoo": lambda params: MARS(params, mars_type="mars-shampoo", weight_decay=0.01, compiled=False),
-}
+MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--vocab_size=128", "--dropout=0.0"]
+STEPS = 3
+# Variants beyond the registry's defaults whose step is matrix products.
+EXTRA_VARIANTS = {"mars-shampoo": ["--optimizer=mars", "--mars_type=mars-shampoo"]}
 
 
-def run_on_fixed_gradients() -> tuple[dict[str, list[torch.Tensor]], int]:
-    """A few steps of each optimizer on fixed parameters and gradients (the same on every rank):
-    the final parameters per optimizer and how many matrices this process orthogonalised."""
+def matrix_variants() -> dict[str, list[str]]:
+    """Every registry optimizer (and variant) whose built optimizer declares matrix products: its config args."""
+    variants = {name: [f"--optimizer={name}"] for name in OPTIMIZERS} | EXTRA_VARIANTS
+    return {name: args for name, args in variants.items() if build(args, GPT(GPTConfig(**model_args())))[1]}
+
+
+def model_args() -> dict:
+    return load_config(MODEL).model_args()
+
+
+def build(args: list[str], model: torch.nn.Module) -> tuple[torch.optim.Optimizer, bool]:
+    optimizer = build_optimizer(model, load_config([*args, *MODEL, "--lr_schedule=constant", "--compile=False"]), "cpu")
+    return optimizer, isinstance(optimizer, MatrixProducts) and bool(optimizer.products())
+
+
+def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.Tensor]], int]:
+    """STEPS steps of every matrix variant on the same model and gradients (the same on every rank), its
+    parameters plain or (sharded) FSDP2's DTensors over every rank: each variant's final weights, whole, and
+    how many matrices this process orthogonalised."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import distribute_tensor
+
     results = {}
     with counted_orthogonalizations() as calls:
-        for name, make in OPTIMIZERS.items():
-            gen = torch.Generator().manual_seed(0)
-            params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
-            opt = make(params)
+        for name, args in matrix_variants().items():
+            torch.manual_seed(0)
+            model = GPT(GPTConfig(**model_args()))
+            if sharded:
+                fully_shard(model)
+            optimizer, _ = build(args, model)
+            gen = torch.Generator().manual_seed(1)
             for _ in range(STEPS):
-                for p in params:
-                    p.grad = torch.randn(p.shape, generator=gen)
-                opt.step()
-            results[name] = [p.detach() for p in params]
+                for p in model.parameters():
+                    grad = torch.randn(p.shape, generator=gen) * 0.1
+                    p.grad = distribute_tensor(grad, p.device_mesh, p.placements) if sharded else grad
+                optimizer.step()
+            results[name] = [(p.full_tensor() if sharded else p).detach().clone() for p in model.parameters()]
     return results, calls[0]
 
 
+def results_of_ranks(rt) -> dict:
+    """A scenario of tests/ranks.py: run_on_fixed_gradients with plain and with sharded parameters; this rank's
+    weights and every rank's count of matrices orthogonalised (plain, then sharded)."""
+    outcome = {}
+    for layout in ("plain", "sharded"):
+        weights, calls = run_on_fixed_gradients(sharded=layout == "sharded")
+        all_calls = [None] * dist.get_world_size()
+        dist.all_gather_object(all_calls, calls)
+        outcome[layout] = {"weights": weights, "calls": all_calls}
+    return outcome
+
+
 def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
-    return [("optim_ddp", "conftest:results_of_ranks", dict(run="test_optim_ddp:run_on_fixed_gradients"))]
+    return [("matrix_optimizers", "test_optim_ddp:results_of_ranks", {})]
 
 
-def test_two_ranks_under_torchrun_equal_one_process(two_ranks):
-    result = scenario_result(two_ranks, "optim_ddp")
+def check_against_one_process(result: dict, world_size: int) -> None:
     expected, single_calls = run_on_fixed_gradients()
-    for name, wanted in expected.items():
-        for actual, want in zip(result["params"][name], wanted):
-            torch.testing.assert_close(actual, want, rtol=1e-6, atol=1e-6, msg=name)
-    matrices = sum(len(s) == 2 for s in SHAPES)
-    assert single_calls == len(OPTIMIZERS) * STEPS * matrices
-    assert sum(result["calls"]) == single_calls  # no rank repeats another's work
-    assert all(0 < calls < single_calls for calls in result["calls"])
+    assert len(expected) >= 5, sorted(expected)  # Muon, Moonlight, MARS-M, MARS-Shampoo, Scion, SOAP, Kron, ...
+    for layout in ("plain", "sharded"):
+        for name, wanted in expected.items():
+            for actual, want in zip(result[layout]["weights"][name], wanted):
+                assert torch.equal(actual, want), (layout, name, (actual - want).abs().max())
+        calls = result[layout]["calls"]
+        assert sum(calls) == single_calls, (layout, calls)  # no rank repeats another's work
+        assert all(0 < c < single_calls for c in calls), (layout, calls)
+        assert len(calls) == world_size
+
+
+def test_two_ranks_equal_one_process(two_ranks):
+    check_against_one_process(scenario_result(two_ranks, "matrix_optimizers"), 2)

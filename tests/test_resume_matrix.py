@@ -14,7 +14,8 @@ with those of the run it continues (TRANSITIONS, CONTINUES):
 and a corrupt newest checkpoint (a byte of rank 1's optimizer shard flipped) is skipped, by name, for
 the one before it. The straight runs themselves end where one process ends: FSDP and DDP over 2 ranks
 bit for bit, FSDP over 4 (with activation checkpointing) within 1e-5, their diagnostics alike.
-Four launches in all (tests/ranks.py): 2 ranks, 4 ranks, one process, 2 ranks.
+Four launches in all (tests/ranks.py): 2 ranks, 4 ranks, one process, 2 ranks; the 4-rank launch also runs
+tests/test_optim_ddp.py's matrix optimizers on 4 ranks.
 """
 
 import dataclasses
@@ -31,6 +32,7 @@ from conftest import (
 )
 from model import GPT, GPTConfig
 from optim import OPTIMIZERS, load_config
+from test_optim_ddp import check_against_one_process
 
 STEPS, SOURCE_STEP = 4, 2
 # How far a resumed run's final weights may be from those of the run it continues (the attention's key bias
@@ -204,6 +206,8 @@ def legs(data_dir: str, root: str) -> dict[str, tuple[int, list[tuple]]]:
             resume("fsdp4_to_fsdp2", "fsdp4", 2),
             resume("one_to_fsdp2", "one", 2),
         ])
+    # the matrix optimizers on fixed gradients (tests/test_optim_ddp.py), in this launch for their 4 ranks
+    launches["four"][1].append(("matrix_optimizers_four", "test_optim_ddp:results_of_ranks", {}))
     return launches
 
 
@@ -215,6 +219,11 @@ def matrix(tiny_dataset, tmp_path_factory) -> tuple[str, dict]:
     for launch, (nproc, plan) in legs(tiny_dataset, root).items():
         results |= run_scenarios(plan, os.path.join(root, f"launch_{launch}"), nproc=nproc, timeout=1800)
     return root, results
+
+
+def test_every_matrix_optimizer_on_four_ranks_equals_one_process(matrix):
+    """tests/test_optim_ddp.py's check on 4 ranks: plain and sharded parameters, each rank its share of NS5."""
+    check_against_one_process(scenario_result(matrix[1], "matrix_optimizers_four"), 4)
 
 
 @functools.cache  # each run's final checkpoint is read once, for all the tests that compare with it (read only)
