@@ -28,7 +28,12 @@ by kind (matrix products, attention, cross-entropy, ...; KERNEL_KINDS) and the r
 launch gaps), --trace-dir writes their Chrome traces; --sdpa picks the attention kernel and --compile-mode
 torch.compile's mode, to measure the alternatives.
 
-After the table: torch's fused AdamW against MARS-AdamW, the optimizer step alone on GPT-2-small
+After the table: the matrix optimizers' timed rows against their floor (Muon, Moonlight, MARS-M, Scion,
+SOAP, Kron: whatever declares optim.contract.MatrixProducts): the optimizer step inside the training step,
+the FLOPs of the matrix products it declares, the device's rate on those products and their time (the floor),
+each product timed alone after the rows (bench.optimizer_step.measure_floors, the same function as
+bench.optimizer_step's floor rows), step / floor, and the whole training step against AdamW's on the same
+model. Then torch's fused AdamW against MARS-AdamW, the optimizer step alone on GPT-2-small
 tensors (bench.optimizer_step's optimizers; target <= 1.5x, memory-traffic floor 1.43x), by the
 kernels' own time and by the span between events, and MARS-exact's whole step against AdamW's
 (target <= 2.05x). bench/gpu_round.sh runs the GPU issue's measurements in stages sized to one call of
@@ -57,12 +62,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import train
 from bench import print_header
 from bench.memory import allocated_prediction
-from bench.optimizer_step import PeakMemory, make_optimizers
+from bench.optimizer_step import (
+    FLOOR_COLUMNS, SMOKE_MODEL, Clock, PeakMemory, floor_cells, make_optimizers, matrix_products, measure_floors,
+)
 from bench.recipes import VARIANTS, paper_config_args
 from config import CHOICES, TrainConfig, read_config_file
 from data.shards import write_shard
 from model import GPT, GPTConfig, PRESETS
 from optim import OPTIMIZERS, build_optimizer, load_config
+from optim.contract import Product
 from optim.routing import parameter_kinds
 from optim.rules import ADAMW, MARS_ADAMW, MARS_LION, UNCORRECTED_EPS_ADAMW
 from optim.schedule import set_learning_rates
@@ -73,37 +81,12 @@ from runtime import Runtime, autocast_context, close_runtime, configure_device, 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RULE_KERNELS = (ADAMW, UNCORRECTED_EPS_ADAMW, MARS_ADAMW, MARS_LION)
-# --cpu-smoke's model: GPT-2 small's config files with a 2-layer, 32-wide model of 32-token windows
-# over a 256-token vocabulary (NS5 of a 50304-wide embedding would take most of its time on CPU).
-SMOKE_MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=256)
 MARS_ADAMW_TARGET, MARS_ADAMW_FLOOR, MARS_EXACT_TARGET = 1.5, 10 / 7, 2.05
 SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                  "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 
 
-# ----------------------------------------------------------------------------- timing
-
-
-class Clock:
-    """Marks on the device's timeline: CUDA events, read after one synchronize (on CPU, where every
-    op is synchronous, perf_counter readings)."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def mark(self):
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def synchronize(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def ms(self, start, end) -> float:
-        return start.elapsed_time(end) if self.cuda else 1000 * (end - start)
+# ----------------------------------------------------------------------------- timing (Clock: bench.optimizer_step's)
 
 
 @dataclasses.dataclass
@@ -217,6 +200,7 @@ class Row:
     reserved_bytes: int | None = None  # the caching allocator's peak reservation (CUDA)
     predicted_bytes: float | None = None  # bench.memory's model of what max_memory_allocated sees
     failed: bool = False
+    products: list[Product] | None = None  # the matrix products its optimizer's step declares (timed rows)
     profile: dict[str, float] | None = None  # ms per step by kind of kernel (--profile-steps)
     top_kernels: list[tuple[str, float]] | None = None
 
@@ -251,6 +235,7 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
     autocast = autocast_context(rt.device, cfg.dtype)
     scaler = torch.amp.GradScaler(rt.device.type, enabled=cfg.dtype == "float16")
     optimizer = build_optimizer(raw_model, cfg, rt.device.type)
+    row.products = None if row.memory_only else matrix_products(optimizer)
     params, total_iters, clock = list(raw_model.parameters()), cfg.total_iters(), Clock(rt.device)
     # train.py's log steps add the diagnostics; memory-only rows measure one such step
     log_step_kinds = parameter_kinds(raw_model) if row.memory_only and cfg.log_diagnostics else None
@@ -479,6 +464,33 @@ def print_profiles(rows: list[Row]) -> None:
             print(f"    {ms:7.2f} ms  {kernel_kind(name):<24} {name[:110]}")
 
 
+# (optimizer first: a row of this table is not one of the main table's, which start "| model |")
+FLOOR_HEADER = ("| optimizer | model | optimizer ms | " + " | ".join(FLOOR_COLUMNS)
+                + " | whole step ms | whole step / AdamW's |")
+
+
+def print_floors(rows: list[Row], device: torch.device, repeats: int, world_size: int) -> None:
+    """The timed rows of the matrix optimizers against their floor: the matrix products their step declares,
+    each timed alone on this device after the rows (bench.optimizer_step.measure_floors, bench.optimizer_step's
+    floor rows too); the optimizer step as the training step runs it (optimizer ms), and the whole step against
+    AdamW's on the same model."""
+    matrix_rows = [row for row in rows if row.products and row.optimizer_ms is not None]
+    if not matrix_rows:
+        return
+    floors = measure_floors({str(i): row.products for i, row in enumerate(matrix_rows)}, device, repeats)
+    print("matrix optimizers against their floor (the matrix products their step declares, each timed alone here"
+          + (f"; the whole model's: each of the {world_size} ranks computes its owners' share" if world_size > 1
+             else "") + "):")
+    print(FLOOR_HEADER)
+    print("|" + " --- |" * FLOOR_HEADER.count(" |"))
+    for i, row in enumerate(matrix_rows):
+        adamw = next((r.step_ms for r in rows if r.model == row.model and r.optimizer == "AdamW" and r.step_ms), None)
+        cells = [row.optimizer, row.model, f"{row.optimizer_ms:.5g}", *floor_cells(row.optimizer_ms, floors[str(i)]),
+                 f"{row.step_ms:.5g}", f"{row.step_ms / adamw:.2f}x" if adamw else "-"]
+        print(f"| {' | '.join(cells)} |")
+    print()
+
+
 def whole_step_ratios(rows: list[Row]) -> list[str]:
     """MARS-exact's whole step against AdamW's, per model with both measured."""
     lines = []
@@ -592,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     print()
     print_profiles(rows)
+    print_floors(rows, rt.device, 2 if args.cpu_smoke else 20, rt.world_size)
     if args.alone_repeats:
         config = GPTConfig(**{**PRESETS["small"], **(SMOKE_MODEL if args.cpu_smoke else {})})
         times = optimizer_alone_ms(config, rt.device, args.alone_repeats, compiled=not args.cpu_smoke,

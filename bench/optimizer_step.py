@@ -2,8 +2,10 @@
 Optimizer step benchmark on a GPT-2-shaped set of tensors (124M parameters by default).
 
     python -m bench.optimizer_step                      # GPT-2 small, the element-wise optimizers
-    python -m bench.optimizer_step --quick              # 2 layers, 3 repeats: a smoke run
+    python -m bench.optimizer_step --quick              # 2 layers, 3 repeats: GPT-2 small's widths
+    python -m bench.optimizer_step --smoke              # bench.gpu's tiny model, eager, 3 repeats: checks the script
     python -m bench.optimizer_step --optimizers adamw-fused,muon,mars-m,moonlight   # the NS5 ones (slow on CPU)
+    python -m bench.optimizer_step --plan               # Newton-Schulz's owner plan for 4 models (shapes only, CPU)
 
 Every optimizer of the registry (optim.OPTIMIZERS) is here under its name, built as train.py builds
 it (its hyperparameters' defaults, compiled rules), besides variants written out below. Prints, per
@@ -12,10 +14,25 @@ the machine hits them alike), its ratio to torch's fused AdamW, the peak memory 
 beyond what it starts with, and the optimizer state it keeps.
 "official-style MARS" re-implements the official code's loop (per parameter, a
 host sync on each norm, out-of-place temporaries) for the record.
+
+Then, for the matrix optimizers among them (optim.contract.MatrixProducts with products to declare: Muon,
+Moonlight, MARS-M, MARS-Shampoo, Scion, SOAP, Kron), the floor of their step: the time of the matrix
+products it declares, each measured alone here and now (measure_floors: torch.bmm on random tensors of
+each product's shapes and dtype), beside the step. A row gives the step's median, its FLOPs, the device's
+rate on those shapes (FLOPs / floor), the floor, step / floor (1.00x: nothing but the products), and the
+step against fused AdamW's. On a CPU these are numbers to read, not targets (NS5 runs in fp32 there).
+
+Last, the owner plan of Newton-Schulz under torch.distributed for this model (--plan: for GPT-2 small and
+XL, llama-124m and llama-720m, without timing anything): over 2, 8 and 32 ranks, each rank's NS5 FLOPs
+(the busiest's, the mean, and their ratio: the balance; whole matrices cannot balance better than the
+largest's share), and the bytes the busiest rank receives per step in bf16, as on CUDA: under DDP the
+owners' results, under FSDP the two all-to-alls (optim/sharding.py's on_owner_ranks). Every 2-D parameter
+goes to Newton-Schulz, embeddings included, as in the paper's Muon.
 """
 
 import argparse
 import ctypes
+import dataclasses
 import math
 import statistics
 import time
@@ -25,9 +42,17 @@ import torch
 from torch.optim import Optimizer
 
 import bench
+from bench.memory import Tensor, ns5_costs, ns5_exchange
 from model import GPT, GPTConfig, PRESETS
 from optim import MARS, OPTIMIZERS, build_optimizer, load_config
+from optim.contract import MatrixProducts, Product
 from optim.sharding import balanced_owners, exchanged_bytes
+
+# --smoke's model, and bench.gpu --cpu-smoke's: a 2-layer, 32-wide GPT of 32-token windows over a 256-token
+# vocabulary (NS5 of a 50304-wide embedding would take most of a smoke run's time on CPU).
+SMOKE_MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=256)
+# --plan's models, and the ranks each is shared out over.
+PLAN_MODELS, PLAN_WORLD_SIZES = ("small", "xl", "llama-124m", "llama-720m"), (2, 8, 32)
 
 
 class OfficialStyleMARS(Optimizer):
@@ -60,14 +85,15 @@ class OfficialStyleMARS(Optimizer):
                 state["last_grad"] = g
 
 
-def make_optimizers(model: torch.nn.Module, device: torch.device) -> dict[str, Callable[[], Optimizer]]:
+def make_optimizers(model: torch.nn.Module, device: torch.device,
+                    compiled: bool = True) -> dict[str, Callable[[], Optimizer]]:
     """Every registry optimizer by name, built from its defaults (a constant schedule, which every one
-    accepts), and the variants of interest."""
+    accepts; its rules compiled unless compiled is False), and the variants of interest."""
     params = list(model.parameters())
     fused_ok = device.type in ("cpu", "cuda")
 
     def registry(name: str, *overrides: str) -> Callable[[], Optimizer]:
-        cfg = load_config([f"--optimizer={name}", "--lr_schedule=constant", "--compile=True",
+        cfg = load_config([f"--optimizer={name}", "--lr_schedule=constant", f"--compile={compiled}",
                            *overrides])
         return lambda: build_optimizer(model, cfg, device.type)
 
@@ -123,32 +149,195 @@ class PeakMemory:
             return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
 
 
+class Clock:
+    """Marks on the device's timeline: CUDA events, read after one synchronize (on CPU, where every
+    op is synchronous, perf_counter readings)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def ms(self, start, end) -> float:
+        return start.elapsed_time(end) if self.cuda else 1000 * (end - start)
+
+
+# ----------------------------------------------------------------------------- the floor of a matrix optimizer
+
+
+def matrix_products(optimizer: Optimizer) -> list[Product]:
+    """The matrix products an optimizer's step declares (optim.contract.MatrixProducts); none for the others."""
+    return optimizer.products() if isinstance(optimizer, MatrixProducts) else []
+
+
+@dataclasses.dataclass(frozen=True)
+class Floor:
+    """A step's matrix products on this device: their FLOPs per step, and the time they take, each measured alone."""
+
+    flops: float
+    ms: float
+
+    @property
+    def rate(self) -> float:
+        """FLOP/s the device reaches on these products."""
+        return self.flops / (self.ms / 1e3)
+
+
+def measure_floors(products: dict[str, list[Product]], device: torch.device, repeats: int = 5,
+                   warmup: int = 2) -> dict[str, Floor]:
+    """Each optimizer's floor (by name, from the products its step declares): the sum over its products of per_step
+    x the time of that batched product alone, measured here and now. Each distinct product, (batch, rows, inner) @
+    (batch, inner, cols) in its dtype, is timed once for all: torch.bmm on random tensors, `warmup` calls (cuBLAS's
+    choice of kernel, the clocks), then `repeats` back to back between marks (on CUDA events, so the device's own
+    time: the host runs ahead and no launch gap falls inside a mark), their median."""
+
+    def once(p: Product) -> Product:  # what is timed: the product, one time
+        return p._replace(per_step=1.0)
+
+    clock, ms = Clock(device), {}
+    for product in dict.fromkeys(once(p) for ps in products.values() for p in ps):
+        a = torch.randn(product.batch, product.rows, product.inner, dtype=product.dtype, device=device)
+        b = torch.randn(product.batch, product.inner, product.cols, dtype=product.dtype, device=device)
+        for _ in range(warmup):
+            torch.bmm(a, b)
+        marks = [clock.mark()]
+        for _ in range(repeats):
+            torch.bmm(a, b)
+            marks.append(clock.mark())
+        clock.synchronize()
+        ms[product] = statistics.median(clock.ms(start, end) for start, end in zip(marks, marks[1:]))
+        del a, b  # (one product's operands at a time: an XL embedding's product takes 0.3 GB in bf16)
+    return {name: Floor(sum(p.flops() for p in ps), sum(p.per_step * ms[once(p)] for p in ps))
+            for name, ps in products.items()}
+
+
+# The columns a floor row adds (bench.gpu prints them too), after the step's ms.
+FLOOR_COLUMNS = ("GFLOP/step", "TFLOP/s at floor", "floor ms", "step/floor")
+
+
+def floor_cells(step_ms: float, floor: Floor) -> list[str]:
+    return [f"{floor.flops / 1e9:.5g}", f"{floor.rate / 1e12:.5g}", f"{floor.ms:.5g}", f"{step_ms / floor.ms:.2f}x"]
+
+
+def print_floors(step_ms: dict[str, float], floors: dict[str, Floor], reference_ms: float | None) -> None:
+    print("matrix optimizers against their floor, the matrix products their step declares, each timed alone "
+          "(the rate is FLOPs / floor; step/floor 1.00x: the step is nothing but its products):")
+    print(f"{'optimizer':<22} {'median step ms':>15} " + " ".join(f"{c:>16}" for c in FLOOR_COLUMNS)
+          + f" {'vs fused AdamW':>15}")
+    for name, floor in floors.items():
+        ratio = f"{step_ms[name] / reference_ms:.2f}x" if reference_ms else "-"
+        print(f"{name:<22} {step_ms[name]:>15.5g} " + " ".join(f"{c:>16}" for c in floor_cells(step_ms[name], floor))
+              + f" {ratio:>15}")
+
+
+# ----------------------------------------------------------------------------- Newton-Schulz across ranks
+
+
+def matrix_shapes(config: GPTConfig) -> list[tuple[int, int]]:
+    """The shapes of a GPT's 2-D parameters (every one goes to Newton-Schulz in the paper's Muon, embeddings
+    included), from a model built on the meta device: no memory, fast at any size."""
+    with torch.device("meta"):
+        model = GPT(config)
+    return [tuple(p.shape) for p in model.parameters() if p.ndim == 2]
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnerPlan:
+    """One step of Newton-Schulz shared out over ranks (optim.newton_schulz.newton_schulz5_across_ranks): each
+    rank's NS5 FLOPs under the owner plan (optim.sharding.balanced_owners, by NS5's FLOPs), the largest matrix's
+    (whole matrices: its owner carries at least that), and the bytes the busiest rank receives."""
+
+    loads: list[float]
+    largest: float
+    ddp_bytes: float  # the owners' results, broadcast (optim.sharding.exchanged_bytes)
+    fsdp_bytes: tuple[float, float]  # the two all-to-alls: row blocks to the owners, results back (bench.memory)
+
+    @property
+    def balance(self) -> float:
+        """The busiest rank's FLOPs over the mean: 1 is a perfect balance."""
+        return max(self.loads) / statistics.mean(self.loads)
+
+
+def owner_plan(shapes: list[tuple[int, int]], world_size: int, element_size: int = 2) -> OwnerPlan:
+    """The owner plan of NS5 on matrices of these shapes over world_size ranks, its transfers in element_size
+    bytes (2: bf16, what NS5 computes in on CUDA)."""
+    matrices = [Tensor("matrix", shape, None) for shape in shapes]
+    costs = ns5_costs(matrices)
+    return OwnerPlan(balanced_owners(costs, world_size)[1], max(costs),
+                     exchanged_bytes([t.numel for t in matrices], costs, world_size, element_size),
+                     ns5_exchange(matrices, world_size, element_size))
+
+
+def print_owner_plans(models: dict[str, GPTConfig], world_sizes: tuple[int, ...] = PLAN_WORLD_SIZES) -> None:
+    print("Newton-Schulz on owner ranks, per step: every 2-D parameter (embeddings included, as the paper's Muon), "
+          "owners balanced by NS5's FLOPs, results in bf16 as on CUDA; GB received by the busiest rank "
+          "(FSDP: blocks to the owners + results back):")
+    print(f"{'model':<26} {'matrices':>8} {'NS5 TFLOP':>10} {'ranks':>5} {'busiest TFLOP':>13} {'mean TFLOP':>10} "
+          f"{'max/mean':>8} {'best':>6} {'DDP GB':>8} {'FSDP GB':>17}")
+    for name, config in models.items():
+        shapes = matrix_shapes(config)
+        for world_size in world_sizes:
+            plan = owner_plan(shapes, world_size)
+            mean, (gather, back) = statistics.mean(plan.loads), plan.fsdp_bytes
+            best = max(1.0, plan.largest / mean)  # no plan of whole matrices does better
+            fsdp = f"{gather / 1e9:.4g} + {back / 1e9:.4g}"
+            print(f"{name:<26} {len(shapes):>8} {sum(plan.loads) / 1e12:>10.4g} {world_size:>5} "
+                  f"{max(plan.loads) / 1e12:>13.4g} {mean / 1e12:>10.4g} {plan.balance:>7.2f}x {best:>5.2f}x "
+                  f"{plan.ddp_bytes / 1e9:>8.4g} {fsdp:>17}")
+
+
+# ----------------------------------------------------------------------------- main
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="small", choices=list(PRESETS))
     parser.add_argument("--n_layer", type=int, default=0, help="override the preset's layer count")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="2 layers, 3 repeats")
+    parser.add_argument("--smoke", action="store_true", help="bench.gpu's tiny model (SMOKE_MODEL), eager rules, "
+                        "3 repeats: checks the script in seconds")
+    parser.add_argument("--plan", action="store_true", help="only Newton-Schulz's owner plan, for "
+                        f"{', '.join(PLAN_MODELS)} (shapes only: no step runs)")
     parser.add_argument("--optimizers", default=ELEMENTWISE, help="comma-separated: a registry optimizer's name, "
                         "or adamw-fused, adamw-foreach, mars-adamw, mars-lion, mars-adamw-eager, mars-lion-eager, "
                         "official-style-mars, mars-shampoo, mars-m-efficient")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args()
-    if args.quick:
+    if args.plan:
+        bench.print_header()
+        print_owner_plans({name: GPTConfig(**PRESETS[name]) for name in PLAN_MODELS})
+        return
+    if args.quick or args.smoke:
         args.n_layer, args.repeats = 2, 3
     if args.threads:
         torch.set_num_threads(args.threads)
+    if not args.smoke:
+        import torch._dynamo as dynamo
+
+        # A run compiles each rule for one optimizer's lists of tensors; this process, for every optimizer it runs.
+        dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
     device = torch.device(args.device)
 
-    config = GPTConfig(**{**PRESETS[args.model], **({"n_layer": args.n_layer} if args.n_layer else {})})
+    config = GPTConfig(**{**PRESETS[args.model], **({"n_layer": args.n_layer} if args.n_layer else {}),
+                          **(SMOKE_MODEL if args.smoke else {})})
     with torch.device(device):
         model = GPT(config)
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
     # Two gradient sets used alternately: fresh tensors each step, as with zero_grad(set_to_none=True).
     gradient_sets = [[torch.randn_like(p) * 1e-3 for p in params] for _ in range(2)]
-    factories = make_optimizers(model, device)
+    factories = make_optimizers(model, device, compiled=not args.smoke)
     names = args.optimizers.split(",")
     for name in names:
         if name not in factories:
@@ -190,26 +379,22 @@ def main() -> None:
         state = sum(t.numel() * t.element_size() for s in optimizers[name].state.values()
                     for t in state_tensors(list(s.values())) if t.numel() > 1)  # (not the 0-d step counts)
         print(f"{name:<22} {median * 1e3:>10.1f}ms {ratio:>15} {extra:>24} {state / model_bytes:>8.2f}x")
-    print_ns5_exchange([p.numel() for p in params if p.ndim == 2])
+
+    products = {name: ps for name in names if (ps := matrix_products(optimizers[name]))}
+    if products:
+        print()
+        floors = measure_floors(products, device, repeats=args.repeats)
+        print_floors({name: 1e3 * statistics.median(times[name]) for name in products}, floors,
+                     reference and 1e3 * reference)
+    print()
+    label = "smoke model" if args.smoke else args.model + (f" ({args.n_layer} layers)" if args.n_layer else "")
+    print_owner_plans({label: config})
 
 
 def state_tensors(values: list) -> list[torch.Tensor]:
     """The tensors among optimizer state values, also inside lists (SOAP's statistics and bases)."""
     return [t for v in values for t in (state_tensors(v) if isinstance(v, (list, tuple)) else [v])
             if torch.is_tensor(t)]
-
-
-def print_ns5_exchange(matrix_sizes: list[int]) -> None:
-    """Bytes one rank receives per step when Muon, Moonlight, MARS-M or MARS-Shampoo share out Newton-Schulz
-    (every matrix on the matrix rule, embeddings included, as the paper's Muon): the unequal-parts
-    exchange in bf16 against an fp32 all-gather padded to the largest share (this code before 2026-11)."""
-    print(f"Newton-Schulz results received per rank per step ({len(matrix_sizes)} matrices, "
-          f"{sum(matrix_sizes) / 1e6:.1f}M elements):")
-    for world_size in (2, 8, 32):
-        padded_fp32 = (world_size - 1) * max(balanced_owners(matrix_sizes, world_size)[1]) * 4
-        unequal_bf16 = exchanged_bytes(matrix_sizes, matrix_sizes, world_size, element_size=2)
-        print(f"  {world_size:>2} ranks: {unequal_bf16 / 1e9:.3f} GB (bf16, unequal parts) vs {padded_fp32 / 1e9:.3f} GB "
-              f"(fp32, padded): {padded_fp32 / unequal_bf16:.1f}x less")
 
 
 if __name__ == "__main__":

@@ -24,11 +24,15 @@ kron_update_prob_flat_start steps, then anneals as exp(-0.001 (t - flat_start)) 
 step updates when the steps since the last update reach 1/probability; every 100th update first rebalances each
 block's preconditioners to equal infinity norms. The loop's grad_clip is levanter's global clip (1.0).
 
-Under torch.distributed each parameter's preconditioning runs on one owner rank (sharding.on_owner_ranks):
-under FSDP its preconditioners are stored sharded over their blocks, so no rank holds every preconditioner, and
-only its owner assembles a parameter's whole momentum and preconditioners; under DDP the owner computes and
-broadcasts. The noise V is drawn from a generator seeded by (step, parameter index), so any world size draws
-the same (levanter's comes from a JAX key split per step).
+The parameters whose blocks share a signature (the blocks' padded shape and diagonal sides) are preconditioned as
+one stack, their blocks concatenated: one chain of batched products per signature (per BATCH_ELEMENTS of blocks),
+not one per parameter. Every block gets the numbers it would alone, whatever else is in its batch, and what spans
+a parameter's blocks stays its own: the noise V, the damping's mean and the RMS clip. Under torch.distributed
+each parameter's preconditioning runs on one owner rank (sharding.on_owner_ranks), which batches all the
+parameters it owns: under FSDP the preconditioners are stored sharded over their blocks, so no rank holds every
+preconditioner, and only its owner assembles a parameter's whole momentum and preconditioners; under DDP the
+owner computes and broadcasts. The noise V is drawn per parameter from a generator seeded by (step, parameter
+index), so any world size and any batching draws the same (levanter's comes from a JAX key split per step).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from optim.adamw import decay_routing
-from optim.contract import GroupState, Hyperparameters, Loop, beta, positive, setting
+from optim.contract import GroupState, Hyperparameters, Loop, MatrixProducts, Product, beta, positive, setting
 from optim.routing import weight_decay_groups
 from optim.rules import ListwiseOptimizer
 from optim.sharding import local, on_owner_ranks
@@ -52,6 +56,10 @@ from optim.sharding import local, on_owner_ranks
 TINY = float(torch.finfo(torch.float32).tiny)
 BALANCE_EVERY = 100  # updates between rebalancings
 MERGE_TARGET = 8192  # levanter's target_merged_dim_size
+# Elements of blocks preconditioned as one stack at most (runs of whole parameters): it bounds the owner's
+# temporaries, a dozen or so stacks this size (6 GiB). GPT-2 small's matrices are one stack (85M elements); XL's
+# on one rank would make stacks of 6.7 GiB each.
+BATCH_ELEMENTS = 2**27
 
 
 @dataclass
@@ -85,6 +93,11 @@ class Layout:
     @property
     def blocks(self) -> int:
         return math.prod(len(p) for p in self.pieces)
+
+    @property
+    def signature(self) -> tuple:
+        """What parameters share to be preconditioned as one stack of blocks: the blocks' shape and diagonal sides."""
+        return self.padded, self.diagonal
 
 
 def _merge_cost(size: int) -> float:
@@ -153,7 +166,11 @@ def _apply(q: torch.Tensor, diagonal: bool, x: torch.Tensor, dim: int, transpose
     if dim == 2:
         return x @ (q if transpose else q.mT)
     m = q.mT if transpose else q
-    return m @ x if x.dim() == 3 else (m @ x.unsqueeze(2)).squeeze(2)
+    if x.dim() == 3:
+        return m @ x
+    # Vector blocks as rows, x^T m^T with m^T contiguous: a stack of one column (m x) runs as another kernel than
+    # a stack of several, so that a block's numbers would depend on what else is in its batch; rows do not.
+    return (x.unsqueeze(1) @ m.mT.contiguous()).squeeze(1)
 
 
 def _solve(q: torch.Tensor, diagonal: bool, x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -167,48 +184,123 @@ def _solve(q: torch.Tensor, diagonal: bool, x: torch.Tensor, dim: int) -> torch.
     return solved if x.dim() == 3 else solved.squeeze(2)
 
 
-def precondition(momentum: torch.Tensor, qs: list[torch.Tensor], layout: Layout, step: int, index: int,
-                 update: bool, balance: bool, precond_lr: float) -> list[torch.Tensor]:
-    """One parameter's Kron step on whole tensors (on its owner rank): [P, *new qs]."""
-    blocks = to_blocks(momentum.float(), layout)
-    qs = [q.float().clone() for q in qs]
+def _balanced(qs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each block's preconditioners scaled to the geometric mean of their infinity norms (their product, the
+    preconditioner, unchanged): levanter's rebalancing, which keeps the sides from drifting apart in scale."""
+    norms = torch.stack([q.abs().flatten(1).amax(1) for q in qs])  # (dims, blocks)
+    mean = norms.log().mean(0).exp()
+    return [q * (mean / n).view(-1, *[1] * (q.dim() - 1)) for q, n in zip(qs, norms)]
+
+
+def _statistics(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """T of blocks x along dimension `dim`, for a triangular side: x x^T (dim 1), x^T x (dim 2), the outer product
+    of a vector block."""
+    if x.dim() == 2:
+        return x.unsqueeze(2) * x.unsqueeze(1)
+    return x @ x.mT if dim == 1 else x.mT @ x
+
+
+def _diagonal_statistics(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """The diagonal of T, for a diagonal side: the sums of x^2 over the other dimension (x^2 of a vector block)."""
+    others = [k for k in range(1, x.dim()) if k != dim]
+    return (x * x).sum(others) if others else x * x
+
+
+def _updated(qs: list[torch.Tensor], diagonal: tuple[bool, ...], g: torch.Tensor, v: torch.Tensor,
+             precond_lr: float) -> list[torch.Tensor]:
+    """The preconditioners after one update from the damped G and the noise V, each block's from its own."""
+    a, b = g, v
+    for d, (q, diag) in enumerate(zip(qs, diagonal)):
+        a = _apply(q, diag, a, d + 1)
+        b = _solve(q, diag, b, d + 1)
+    new = []
+    for d, (q, diag) in enumerate(zip(qs, diagonal)):
+        if diag:
+            ta, tb = _diagonal_statistics(a, d + 1), _diagonal_statistics(b, d + 1)
+            denominator = (ta + tb).abs().flatten(1).amax(1).view(-1, 1) + TINY
+            new.append(q - precond_lr * (ta - tb) * q / denominator)
+        else:
+            ta, tb = _statistics(a, d + 1), _statistics(b, d + 1)
+            step_size = precond_lr / (_lower_bound(ta + tb) + TINY)
+            new.append(q - step_size.view(-1, 1, 1) * (torch.triu(ta - tb) @ q))
+    return new
+
+
+def _preconditioned(blocks: torch.Tensor, qs: list[torch.Tensor], diagonal: tuple[bool, ...]) -> torch.Tensor:
+    """Q_1^T Q_1 M Q_2^T Q_2 of blocks M."""
+    for d, (q, diag) in enumerate(zip(qs, diagonal)):
+        blocks = _apply(q, diag, _apply(q, diag, blocks, d + 1), d + 1, transpose=True)
+    return blocks
+
+
+def batches(layouts: list[Layout]) -> list[list[int]]:
+    """The parameters (indices into layouts) preconditioned as one stack of blocks: those of one signature, in
+    order, in runs of at most BATCH_ELEMENTS elements of blocks (a run holds at least one parameter)."""
+    signatures: dict[tuple, list[int]] = {}
+    for i, layout in enumerate(layouts):
+        signatures.setdefault(layout.signature, []).append(i)
+    runs = []
+    for members in signatures.values():
+        runs.append([])
+        elements = 0
+        for i in members:
+            size = layouts[i].blocks * math.prod(layouts[i].padded)
+            if runs[-1] and elements + size > BATCH_ELEMENTS:
+                runs.append([])
+                elements = 0
+            runs[-1].append(i)
+            elements += size
+    return runs
+
+
+def precondition(momenta: list[torch.Tensor], qs: list[list[torch.Tensor]], layouts: list[Layout], step: int,
+                 indices: list[int], update: bool, balance: bool, precond_lr: float) -> list[list[torch.Tensor]]:
+    """The Kron step of parameters of one signature, on whole tensors (on their owner rank): each one's [P, *new
+    qs]. Their blocks are stacked as one, so that one chain of batched products serves them all; every block gets
+    the numbers it would alone, and what spans a parameter's blocks stays its own: its noise (drawn by its
+    index), its damping (over its padded blocks) and its clip (over its P)."""
+    counts = [layout.blocks for layout in layouts]
+    diagonal = layouts[0].diagonal
+    blocks = [to_blocks(m.float(), layout) for m, layout in zip(momenta, layouts)]
+    stacked = [torch.cat([unit[d].float() for unit in qs]) for d in range(len(diagonal))]  # (copies)
     if balance:
-        norms = torch.stack([q.abs().flatten(1).amax(1) for q in qs])  # (dims, blocks)
-        mean = norms.log().mean(0).exp()
-        qs = [q * (mean / n).view(-1, *[1] * (q.dim() - 1)) for q, n in zip(qs, norms)]
+        stacked = _balanced(stacked)
     if update:
-        v = kron_noise(step, index, (layout.blocks, *layout.padded), momentum.device)  # (the padding too)
-        g = blocks + 2**-11.5 * blocks.abs().mean() * v
-        a, b = g, v
-        for d, (q, diag) in enumerate(zip(qs, layout.diagonal)):
-            a = _apply(q, diag, a, d + 1)
-            b = _solve(q, diag, b, d + 1)
-        new = []
-        for d, (q, diag) in enumerate(zip(qs, layout.diagonal)):
-            if diag:
-                others = [k for k in range(1, a.dim()) if k != d + 1]
-                ta, tb = (a * a).sum(others) if others else a * a, (b * b).sum(others) if others else b * b
-                denominator = (ta + tb).abs().flatten(1).amax(1).view(-1, 1) + TINY
-                new.append(q - precond_lr * (ta - tb) * q / denominator)
-            else:
-                if a.dim() == 2:
-                    ta, tb = a.unsqueeze(2) * a.unsqueeze(1), b.unsqueeze(2) * b.unsqueeze(1)
-                elif d == 0:
-                    ta, tb = a @ a.mT, b @ b.mT
-                else:
-                    ta, tb = a.mT @ a, b.mT @ b
-                step_size = precond_lr / (_lower_bound(ta + tb) + TINY)
-                new.append(q - step_size.view(-1, 1, 1) * (torch.triu(ta - tb) @ q))
-        qs = new
-    p = blocks
-    for d, (q, diag) in enumerate(zip(qs, layout.diagonal)):
-        p = _apply(q, diag, _apply(q, diag, p, d + 1), d + 1, transpose=True)
-    p = from_blocks(p, layout, momentum.shape)
-    p = p / torch.clamp_min(p.square().mean().sqrt() / 1.1, 1.0)
-    return [p, *qs]
+        noise = [kron_noise(step, index, (layout.blocks, *layout.padded), m.device)  # (the padding too)
+                 for m, layout, index in zip(momenta, layouts, indices)]
+        g = torch.cat([x + 2**-11.5 * x.abs().mean() * v for x, v in zip(blocks, noise)])
+        stacked = _updated(stacked, diagonal, g, torch.cat(noise), precond_lr)
+    directions = _preconditioned(torch.cat(blocks), stacked, diagonal).split(counts)
+    results = []
+    for direction, m, layout, new in zip(directions, momenta, layouts, zip(*[q.split(counts) for q in stacked])):
+        p = from_blocks(direction, layout, m.shape)
+        results.append([p / torch.clamp_min(p.square().mean().sqrt() / 1.1, 1.0), *new])
+    return results
 
 
-class Kron(GroupState, ListwiseOptimizer):
+def block_products(layout: Layout, blocks: int, update_rate: float) -> list[Product]:
+    """The batched products of one stack of `blocks` blocks laid out as `layout`, in float32, per triangular side
+    (a diagonal side is element-wise, as is a vector block's T, an outer product): every step, the application's
+    Q M and Q^T (Q M); on update steps, update_rate of them in the long run, A's product, B's triangular solve
+    (counted as a product of its size: twice a solve's FLOPs), T_A and T_B, the lower bound's two matrix-vector
+    products and triu(T_A - T_B) Q."""
+    products = []
+    for d, (side, diag) in enumerate(zip(layout.padded, layout.diagonal)):
+        if diag:
+            continue
+        if len(layout.padded) == 1:  # a vector block, as a row: x^T Q^T
+            applied, statistics = (1, side, side), []
+        else:
+            other = layout.padded[1 - d]
+            applied = (side, side, other) if d == 0 else (other, side, side)
+            statistics = [(side, other, side)] * 2  # T_A, T_B
+        updating = [applied] * 2 + statistics + [(1, side, side)] * 2 + [(side, side, side)]
+        products += [Product(blocks, *shape, torch.float32) for shape in [applied] * 2]
+        products += [Product(blocks, *shape, torch.float32, update_rate) for shape in updating]
+    return products
+
+
+class Kron(MatrixProducts, GroupState, ListwiseOptimizer):
     group_state_keys = ("kron_count", "kron_update_counter", "kron_balance_counter")
     side_state_sharded = True  # under FSDP the preconditioner stacks are sharded over their blocks (bench.memory)
 
@@ -239,6 +331,14 @@ class Kron(GroupState, ListwiseOptimizer):
                 state[f"q{d}"] = q
         return state
 
+    def products(self) -> list[Product]:
+        """The batched products of one step on one process, a stack of blocks at a time as kron_step makes them
+        (batches), the update's at its probability's long-run value, update_prob_min (block_products)."""
+        layouts = [self.layouts[id(p)] for group in self.param_groups for p in group["params"]]
+        return [product for run in batches(layouts)
+                for product in block_products(layouts[run[0]], sum(layouts[i].blocks for i in run),
+                                              self.settings["update_prob_min"])]
+
     def _schedule(self, first: dict) -> tuple[int, bool, bool]:
         """The step count and whether this step updates and rebalances the preconditioners (levanter's counter,
         in float32 as its schedule is)."""
@@ -267,8 +367,16 @@ class Kron(GroupState, ListwiseOptimizer):
         debias = 1 - beta1**t
 
         def kron_step(indices: list[int], wholes: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
-            return [precondition(whole[0] / debias, whole[1:], layouts[i], t, self.index[id(params[i])], update,
-                                 balance, self.settings["precond_lr"]) for i, whole in zip(indices, wholes)]
+            """This rank's parameters (all of them on one process), a stack of blocks of one signature at a time."""
+            results = [None] * len(indices)
+            for run in batches([layouts[i] for i in indices]):
+                members = [indices[k] for k in run]
+                batch = precondition([wholes[k][0] / debias for k in run], [wholes[k][1:] for k in run],
+                                     [layouts[i] for i in members], t, [self.index[id(params[i])] for i in members],
+                                     update, balance, self.settings["precond_lr"])
+                for k, result in zip(run, batch):
+                    results[k] = result
+            return results
 
         results = on_owner_ranks(units, kron_step, torch.float32)
         torch._foreach_copy_(local([q for unit in units for q in unit[1:]]), local([q for r in results for q in r[1:]]))

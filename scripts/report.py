@@ -20,6 +20,9 @@ Token columns, as the paper: a run of the paper's 100k steps (49.2B tokens) fill
 50B columns with the best validation loss it reached by that many tokens, which is how the paper's
 table was made from the official runs. A run given a token budget (TOKENS=5B: its cosine spans
 the budget) is another protocol, and its column says so ("own schedule over the budget").
+
+Beside each token-equivalent speedup over AdamW, the GPU time it projects from the measured whole training
+steps of bench/results/whole_steps.json (--gpu-rows CARD:MODEL picks the card and model; default GPT-2 small).
 """
 
 import argparse
@@ -308,7 +311,7 @@ def significance_table(runs: list[Run]) -> str | None:
     return markdown_table(["setting", "A", "B", "mean A - mean B", "t", "p", "seeds"], lines)
 
 
-def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
+def report_markdown(runs: list[Run], plot_files: list[str], gpu: "GpuRows") -> str:
     parts = ["# Results", "", "## Best validation loss", "", loss_table(runs), "",
              "Bold: the lowest of its column. Where a cell holds several runs (seeds): mean ± standard "
              "deviation of their best losses. *: not finished, best loss so far."]
@@ -318,7 +321,7 @@ def report_markdown(runs: list[Run], plot_files: list[str]) -> str:
                   "validation loss of each seed: a p-value below 0.05 says the difference of the means is "
                   "unlikely to be seed noise.", "", table]
     if speedup_settings(runs):
-        parts += [""] + speedup_section(runs)
+        parts += [""] + speedup_section(runs, gpu)
     lines = ranking_section(runs)
     if lines:
         parts += ["", "## Ranking beside the 2025 benchmarks", ""] + lines
@@ -551,6 +554,114 @@ def token_speedup(curve: AdamWCurve, losses: list[float], budget: int, draws: in
     return Speedup(float(point[0]) / budget, low, high, curve.tokens[0] / budget, curve.tokens[-1] / budget)
 
 
+# -----------------------------------------------------------------------------
+# Projected GPU-time speedup
+#
+# A data speedup counts tokens; a GPU run pays in time. AdamW needs speedup x D tokens to reach the optimizer's
+# loss, each of its steps taking AdamW's whole training step, while the optimizer spends D tokens at its own
+# whole step (forward-backward, MARS-exact's second one included, and the optimizer step). So on a card whose
+# steps were measured, the GPU time AdamW needs over the optimizer's is
+#     speedup x (AdamW's whole step / the optimizer's whole step),
+# a projection: the speedup is the testbed's, the step times are the measured GPU rows of a GPT-2-scale model
+# (bench/results/whole_steps.json, transcribed from bench/results/*.md). An optimizer without a row is not
+# measured, and gets no number.
+
+WHOLE_STEPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "results",
+                           "whole_steps.json")
+GPU_MODEL = "GPT-2 small"  # the default rows' model: the mini runs' architecture at the paper's smallest size
+ROW_FIELDS = ("card", "date", "model", "optimizer", "micro_batch", "sequence_length", "setup", "whole_step_ms")
+
+
+def projected_gpu_speedup(speedup: Speedup, adamw_step_ms: float, step_ms: float) -> Speedup:
+    """The data speedup, its interval's ends and its bounds ('> x' stays a bound), each times AdamW's whole
+    training step over the optimizer's."""
+    ratio = adamw_step_ms / step_ms
+    scaled = lambda x: None if x is None else x * ratio  # (inf and 0, the bounds' markers, stay what they are)
+    return Speedup(speedup.value * ratio, scaled(speedup.low), scaled(speedup.high), speedup.lowest * ratio,
+                   speedup.highest * ratio)
+
+
+def read_whole_steps(path: str = WHOLE_STEPS) -> list[dict]:
+    """The measured GPU rows of bench/results/whole_steps.json (a row without a field the projection reads is
+    named)."""
+    rows = read_json(path).get("rows", [])
+    for number, row in enumerate(rows, start=1):
+        missing = [k for k in ROW_FIELDS if k not in row]
+        if missing:
+            raise InputError(f"{path}, row {number}: no {', '.join(missing)}; fix the row")
+    return rows
+
+
+def and_list(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+@dataclass(frozen=True)
+class GpuRows:
+    """The rows a projection reads: one card's and one model's, in one setting (micro-batch and how it ran),
+    the newest per optimizer, so that every ratio compares steps of the same tokens run the same way."""
+
+    card: str
+    model: str
+    setting: str  # e.g. "micro-batch 16 x 1024, one process"
+    rows: dict[str, dict]  # optimizer -> its row; REFERENCE (AdamW) always among them
+
+    @classmethod
+    def of(cls, rows: list[dict], card: str, model: str) -> "GpuRows | None":
+        """card's and model's newest row per optimizer (of two rows of one date, the later in the file), in the
+        setting of AdamW's newest row there; None without an AdamW row."""
+        newest: dict[tuple[str, str], dict] = {}
+        for row in sorted((r for r in rows if r["card"] == card and r["model"] == model), key=lambda r: r["date"]):
+            setting = f"micro-batch {row['micro_batch']} x {row['sequence_length']}, {row['setup']}"
+            newest[row["optimizer"], setting] = row
+        adamw = [(setting, row) for (optimizer, setting), row in newest.items() if optimizer == REFERENCE]
+        if not adamw:
+            return None
+        setting = max(adamw, key=lambda pair: pair[1]["date"])[0]
+        return cls(card, model, setting, {optimizer: row for (optimizer, s), row in newest.items() if s == setting})
+
+    def projection(self, optimizer: str, speedup: Speedup) -> Speedup | None:
+        """The optimizer's projected GPU-time speedup; None where it has no row here (not measured)."""
+        if optimizer not in self.rows:
+            return None
+        return projected_gpu_speedup(speedup, self.rows[REFERENCE]["whole_step_ms"],
+                                     self.rows[optimizer]["whole_step_ms"])
+
+    def header(self, optimizers: list[str]) -> str:
+        """The column's name: a projection, from which card's and model's rows, of which dates."""
+        used = [self.rows[o] for o in dict.fromkeys([REFERENCE, *optimizers]) if o in self.rows]
+        return (f"projected GPU-time speedup ({self.card}, {self.model}, "
+                f"{and_list(sorted({r['date'] for r in used}))} rows)")
+
+    def note(self, optimizers: list[str]) -> str:
+        """The line under a table: the setting and each whole step the column used."""
+        steps = [f"{o} {self.rows[o]['whole_step_ms']:g}" for o in dict.fromkeys([REFERENCE, *optimizers])
+                 if o in self.rows]
+        return (f"GPU rows: {self.card}, {self.model}, {self.setting}; whole step ms: {', '.join(steps)} "
+                "(bench/results/whole_steps.json); empty: not measured.")
+
+
+def gpu_rows(rows: list[dict], choice: str | None = None) -> GpuRows:
+    """The rows of --gpu-rows CARD:MODEL (either matched without case); by default GPU_MODEL's on the card that
+    measured AdamW and the most other optimizers on it (the newest rows on a tie): one card for the whole
+    column, so that its cells compare, and the fewest left empty."""
+    pairs = list(dict.fromkeys((r["card"], r["model"]) for r in rows))
+    sets = [s for s in (GpuRows.of(rows, card, model) for card, model in pairs) if s is not None]
+    if choice is None:
+        chosen = [s for s in sets if s.model == GPU_MODEL]
+        if chosen:
+            return max(chosen, key=lambda s: (len(s.rows), max(r["date"] for r in s.rows.values())))
+    else:
+        card, _, model = (part.strip().lower() for part in choice.partition(":"))
+        for s in sets:
+            if (s.card.lower(), s.model.lower()) == (card, model):
+                return s
+    wanted = f"--gpu-rows {choice}" if choice else f"the default ({GPU_MODEL})"
+    raise InputError(f"{wanted}: no AdamW row for that card and model in {WHOLE_STEPS}; choose among "
+                     f"{', '.join(f'{s.card}:{s.model}' for s in sets) or 'none (no AdamW row at all)'}")
+
+
 def own_schedule(run: Run) -> bool:
     """A complete run whose budget is where its own schedule ends (not a paper-budget view of a longer run)."""
     return run.complete and run.budget == run.total_iters * run.tokens_per_step
@@ -578,9 +689,10 @@ def adamw_ladder(runs: list[Run]) -> dict[int, list[float]]:
     return {budget: min(rates.values(), key=statistics.mean) for budget, rates in by_budget.items()}
 
 
-def speedup_section(runs: list[Run]) -> list[str]:
+def speedup_section(runs: list[Run], gpu: GpuRows) -> list[str]:
     """The report's speedup section: per setting, AdamW's ladder and its curve, then every optimizer's
-    speedup at each budget it ran (AdamW's own at budgets others ran: the curve's error, read as a speedup)."""
+    speedup at each budget it ran (AdamW's own at budgets others ran: the curve's error, read as a speedup),
+    and beside it the GPU time it projects on gpu's rows."""
     parts = ["## Token-equivalent speedup over AdamW", "",
              "AdamW's tokens to reach each optimizer's mean best validation loss, over the optimizer's tokens (the "
              "MARS paper's and the 2025 benchmarks' reading). AdamW's loss against its token budget comes from "
@@ -589,7 +701,15 @@ def speedup_section(runs: list[Run]) -> list[str]:
              "cell's mean redrawn from its seeds' mean and standard error with Student's t noise). Past AdamW's "
              "largest budget the ladder measures nothing: '> x' (and '< x' short of its smallest) is a bound, "
              "never an extrapolation. Tokens, not compute: MARS-exact spends two forward-backward passes per "
-             "step."]
+             "step.", "",
+             "Beside it, the GPU time it projects: the speedup and its interval's ends, each times AdamW's whole "
+             "training step over the optimizer's (forward-backward, MARS-exact's second one included, and the "
+             "optimizer step), as measured on one GPU (bench/results/whole_steps.json, the newest row per card, "
+             "model and optimizer): the GPU time AdamW needs to reach the optimizer's loss over the optimizer's, "
+             "were the testbed's speedup to hold at that model's step times. The rows are "
+             f"{GPU_MODEL}'s on the card that measured AdamW and the most other optimizers on it (the newest on a "
+             "tie), one card for the whole column; --gpu-rows CARD:MODEL picks others. An optimizer without a "
+             "measured row gets an empty cell."]
     for setting, setting_runs in speedup_settings(runs).items():
         ladder = adamw_ladder(setting_runs)
         curve = AdamWCurve.of(ladder)
@@ -616,10 +736,13 @@ def speedup_section(runs: list[Run]) -> list[str]:
                 losses = [r.best_val_loss for r in chosen]
                 result = token_speedup(curve, losses, budget)
                 reached = "-" if result.value in (0.0, math.inf) else format_tokens(int(result.value * budget))
+                projected = gpu.projection(chosen[0].optimizer, result)
                 rows.append([row, format_tokens(budget), f"{statistics.mean(losses):.4f}", reached, result.text(),
-                             str(len(losses))])
-        parts.append(markdown_table(["optimizer", "tokens", "best val loss", "AdamW's tokens for it",
-                                     f"speedup ({LEVEL:.0%} interval)", "seeds"], rows))
+                             projected.text() if projected else "", str(len(losses))])
+        optimizers = list(dict.fromkeys(r.optimizer for r in setting_runs))
+        parts += [markdown_table(["optimizer", "tokens", "best val loss", "AdamW's tokens for it",
+                                  f"speedup ({LEVEL:.0%} interval)", gpu.header(optimizers), "seeds"], rows), "",
+                  gpu.note(optimizers)]
     return parts
 
 
@@ -755,12 +878,17 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--x", default="tokens,time,passes",
                         help="the curves' x-axes: tokens, time (training wall-clock) and/or passes (forward-backward "
                              "passes: MARS-exact's steps count two)")
+    parser.add_argument("--gpu-rows", metavar="CARD:MODEL",
+                        help="the measured GPU rows the projected GPU-time speedup reads (bench/results/"
+                             f"whole_steps.json), e.g. 'H200:llama-124m'; default: {GPU_MODEL} on the card that "
+                             "measured AdamW and the most other optimizers on it")
     args = parser.parse_args(argv)
     with exit_on_input_error():
         x_axes = args.x.split(",")
         for x_axis in x_axes:
             if x_axis not in X_AXES:
                 raise InputError(f"--x {x_axis}: choose among {', '.join(X_AXES)}")
+        gpu = gpu_rows(read_whole_steps(), args.gpu_rows)
         for path in args.paths:
             if not os.path.isdir(path):
                 raise InputError(f"{path} is not a folder; give run folders (out/<run>) or folders holding them")
@@ -780,7 +908,7 @@ def main(argv: list[str] | None = None) -> str:
         plot_files.append("diagnostics.png")
     if plot_speedup(runs, os.path.join(args.out, "speedup.png")):
         plot_files.append("speedup.png")
-    text = report_markdown(runs, plot_files)
+    text = report_markdown(runs, plot_files, gpu)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(text)
     print(text)

@@ -24,7 +24,7 @@ from conftest import PYTHON, REPO, cut_back, relative_difference, run_train, ste
 from model import GPT, GPTConfig
 from optim import MARS, OPTIMIZERS, build_optimizer
 from optim.muon import NS5_EPS
-from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks
+from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks, newton_schulz5_batched
 from test_optim import (
     MARS_DEFAULTS, STEPS, TINY, gradient_stream, make_groups, make_params, reference_ns5, run_optimizer,
     run_reference_mars, tiny_config,
@@ -191,6 +191,24 @@ def test_bf16_newton_schulz_on_cuda_matches_float64_reference(shape):
         assert update.dtype == torch.float32, name  # the parameters' dtype
         error = ((update.double() - expected).norm() / expected.norm()).item()
         assert error < 6e-2, f"{name}: relative error {error:.3e}"
+
+
+@needs_cuda
+def test_batched_bf16_newton_schulz_on_cuda_equals_each_matrix_alone():
+    """GPT-2 small's shape groups batched as Muon runs them on CUDA (one compiled bf16 graph per shape group):
+    every matrix within bf16 rounding of the float64 reference, as alone, and each result the same whatever
+    else is in its batch, to bf16 rounding (cuBLAS may pick another kernel for another batch size)."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(2304, 768)] * 3 + [(768, 768)] * 4 + [(768, 3072), (3072, 768)] * 2 + [(1024, 768)]
+    matrices = [torch.randn(s, generator=gen).cuda() for s in shapes]
+    batched = newton_schulz5_batched(matrices)
+    for i, (matrix, result) in enumerate(zip(matrices, batched)):
+        assert result.dtype == torch.bfloat16 and result.shape == matrix.shape
+        expected = reference_ns5(matrix.double(), 1e-7)
+        error = ((result.double() - expected).norm() / expected.norm()).item()
+        assert error < 6e-2, (shapes[i], error)
+        alone = newton_schulz5_batched([matrix])[0]
+        assert ((alone.double() - result.double()).norm() / expected.norm()).item() < 1e-2, shapes[i]
 
 
 @needs_cuda

@@ -2,7 +2,7 @@
 budget, seeds averaged, incomplete runs marked), a sweep's rows per learning rate, wall-clock time
 from the logged ms/step with a resumed run's repeated steps, the downstream table, the plots, and the
 token-equivalent speedup over AdamW (its curve's fit and inversion, the "> x" bound, the interval's
-coverage) on synthetic curves with known answers."""
+coverage) on synthetic curves with known answers, and the GPU time it projects from measured step times."""
 
 import json
 import math
@@ -256,10 +256,79 @@ def test_report_prices_each_optimizer_in_adamws_tokens(tmp_path):
     curve = report.AdamWCurve.of(report.adamw_ladder([r for r in runs if r.optimizer == "AdamW"]))
     expected = report.token_speedup(curve, mars, 32 * 491_520)
     assert expected.value == pytest.approx(3.0, rel=1e-3)
-    assert f"| MARS-approx | 15.7M | {statistics.mean(mars):.4f} | 47.2M | {expected.text()} | 3 |" in text
+    # beside it, the GPU time it projects on the default rows (bench/results/whole_steps.json's GPT-2 small), the
+    # column named as a projection from those rows (the numbers: the next test's synthetic rows)
+    gpu = report.gpu_rows(report.read_whole_steps())
+    adamw_ms, mars_ms = (gpu.rows[name]["whole_step_ms"] for name in ("AdamW", "MARS-approx"))
+    projected = report.projected_gpu_speedup(expected, adamw_ms, mars_ms)
+    assert gpu.model == "GPT-2 small" and projected.value == pytest.approx(3.0 * adamw_ms / mars_ms, rel=1e-3)
+    header = gpu.header(["AdamW", "MARS-approx"])
+    assert header.startswith(f"projected GPU-time speedup ({gpu.card}, GPT-2 small, 20") and header.endswith(" rows)")
+    assert f"| speedup (95% interval) | {header} | seeds |" in text
+    assert (f"| MARS-approx | 15.7M | {statistics.mean(mars):.4f} | 47.2M | {expected.text()} | {projected.text()} "
+            "| 3 |") in text
     assert f"| AdamW | 15.7M | {power_law(32 * 491_520):.4f} | 15.7M | 1x (" in text  # the curve through its own point
+    assert (f"GPU rows: {gpu.card}, GPT-2 small, {gpu.setting}; whole step ms: AdamW {adamw_ms:g}, "
+            f"MARS-approx {mars_ms:g}") in text
     assert "No speedup: AdamW ran to the end of its own schedule at 0 budget(s) here (none)" in text
     assert (tmp_path / "report" / "speedup.png").read_bytes().startswith(PNG_MAGIC)
+    with pytest.raises(SystemExit, match="2"):  # a card without rows: refused by name (report.gpu_rows below)
+        report.main([str(tmp_path), "--out", str(tmp_path / "report"), "--gpu-rows", "A100:GPT-2 small"])
+
+
+def whole_step(card: str, date: str, optimizer: str, ms: float, micro_batch: int = 16) -> dict:
+    """A row of bench/results/whole_steps.json."""
+    return dict(card=card, date=date, model="GPT-2 small", optimizer=optimizer, micro_batch=micro_batch,
+                sequence_length=1024, setup="one process", whole_step_ms=ms, fwd_bwd_ms=ms / 2,
+                optimizer_step_ms=ms / 4, source=f"{card.lower()}_{date}.md")
+
+
+def test_the_projected_gpu_time_speedup_is_the_data_speedup_times_adamws_step_over_the_optimizers(tmp_path):
+    """On a synthetic row set: each optimizer's newest row on the chosen card, in AdamW's setting, scales the
+    speedup, its interval's ends and its bounds by AdamW's whole step over its own; an optimizer without a row
+    there gets an empty cell; the default card is the one that measured the most optimizers beside AdamW."""
+    rows = [whole_step("X1", "2026-01-01", "AdamW", 40.0), whole_step("X1", "2026-01-02", "AdamW", 30.0),
+            whole_step("X1", "2026-01-01", "Muon", 50.0), whole_step("X1", "2026-01-02", "Muon", 60.0),
+            whole_step("X1", "2026-01-01", "Lion", 33.0),
+            whole_step("X1", "2026-01-03", "MARS-exact", 20.0, micro_batch=32),  # another setting: no ratio
+            whole_step("X2", "2026-02-01", "AdamW", 25.0), whole_step("X2", "2026-02-01", "SOAP", 100.0)]
+    gpu = report.gpu_rows(rows)
+    assert (gpu.card, gpu.setting) == ("X1", "micro-batch 16 x 1024, one process")  # two optimizers beside AdamW
+    speedup = report.Speedup(2.8, 2.6, 3.0, 0.25, 4.0)
+    muon = gpu.projection("Muon", speedup)  # x 30 / 60: the newest rows
+    assert (muon.value, muon.low, muon.high) == pytest.approx((1.4, 1.3, 1.5)) and muon.text() == "1.4x (1.3 to 1.5)"
+    past = gpu.projection("Muon", report.Speedup(math.inf, 3.2, math.inf, 0.25, 4.0))  # '> 4x' stays a bound
+    assert past.text() == "> 2x (1.6 to > 2)"
+    assert gpu.projection("AdamW", speedup).text() == speedup.text()
+    assert gpu.projection("MARS-exact", speedup) is None and gpu.projection("Kron", speedup) is None
+    assert gpu.header(["Muon", "Kron"]) == "projected GPU-time speedup (X1, GPT-2 small, 2026-01-02 rows)"
+    assert gpu.header(["Lion"]) == "projected GPU-time speedup (X1, GPT-2 small, 2026-01-01 and 2026-01-02 rows)"
+    other = report.gpu_rows(rows, "x2: gpt-2 SMALL")
+    assert other.projection("SOAP", speedup).text() == "0.7x (0.65 to 0.75)"  # x 25 / 100
+    with pytest.raises(report.InputError, match="choose among X1:GPT-2 small, X2:GPT-2 small"):
+        report.gpu_rows(rows, "X3:GPT-2 small")
+
+    # the report's table: the labelled column beside the speedup, an unmeasured optimizer's cell empty
+    for total_iters in (8, 16, 32, 64, 128):
+        for seed, d in enumerate((-0.01, 0.0, 0.01)):
+            write_run(tmp_path / f"adamw{total_iters}_{seed}", [11.0, float(power_law(total_iters * 491_520)) + d],
+                      total_iters=total_iters, optimizer="adamw", seed=seed)
+    losses = [float(power_law(2 * 32 * 491_520)) + d for d in (-0.01, 0.0, 0.01)]  # AdamW's loss at 2x its tokens
+    for name in ("muon", "kron"):
+        for seed, loss in enumerate(losses):
+            write_run(tmp_path / f"{name}{seed}", [11.0, loss], total_iters=32, optimizer=name, seed=seed)
+    runs = report.find_runs([str(tmp_path)])
+    data = report.token_speedup(report.AdamWCurve.of(report.adamw_ladder(runs)), losses, 32 * 491_520)
+    text = "\n".join(report.speedup_section(runs, gpu))
+    table = text[text.index("| optimizer | tokens |"):].splitlines()
+    assert table[0].endswith("| speedup (95% interval) | projected GPU-time speedup (X1, GPT-2 small, 2026-01-02 "
+                             "rows) | seeds |")
+    projected = gpu.projection("Muon", data)
+    assert data.value == pytest.approx(2.0, rel=1e-3) and projected.value == pytest.approx(1.0, rel=1e-3)
+    loss = f"{statistics.mean(losses):.4f}"
+    assert f"| Muon | 15.7M | {loss} | 31.5M | {data.text()} | {projected.text()} | 3 |" in table
+    assert f"| Kron | 15.7M | {loss} | 31.5M | {data.text()} |  | 3 |" in table  # not measured: empty
+    assert "GPU rows: X1, GPT-2 small, micro-batch 16 x 1024, one process; whole step ms: AdamW 30, Muon 60" in text
 
 
 def test_curves_against_passes_count_mars_exact_twice_and_band_the_seeds(tmp_path):

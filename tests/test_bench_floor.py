@@ -1,0 +1,173 @@
+"""
+The matrix optimizers' floor in the benchmarks (issue 61): bench.optimizer_step.measure_floors (the FLOPs and the
+time of the matrix products a step declares), the owner plan of Newton-Schulz across ranks, and the floor rows
+that `python -m bench.optimizer_step` and `python -m bench.gpu --cpu-smoke` print. Nothing here asserts a timing
+(CPU): counts, sums, and that the printed ratios are those of the printed times.
+"""
+
+import os
+import statistics
+import subprocess
+
+import pytest
+import torch
+
+import bench.optimizer_step as optimizer_step
+import conftest
+from bench.gpu import FLOOR_HEADER, TABLE_HEADER
+from bench.optimizer_step import (
+    PLAN_WORLD_SIZES, SMOKE_MODEL, matrix_shapes, measure_floors, owner_plan, print_owner_plans,
+)
+from model import GPT, GPTConfig, PRESETS
+from optim import build_optimizer, load_config
+from optim.newton_schulz import ns5_flops, ns5_products
+from optim.sharding import balanced_owners
+
+# NS5 of a 48 x 32 and two 32 x 96 matrices, 5 iterations of 4 n^2 m + 2 n^3 FLOPs each (n = 32 the short side)
+SHAPES = [(48, 32), (32, 96), (32, 96)]
+HAND_COUNT = 5 * ((4 * 32**2 * 48 + 2 * 32**3) + 2 * (4 * 32**2 * 96 + 2 * 32**3))  # 5,898,240
+
+
+def matrix_optimizer(cfg_args: list[str], model_args: dict) -> torch.optim.Optimizer:
+    """The optimizer of a config (load_config's arguments) built on a GPT of model_args on the meta device (its
+    products need shapes only)."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**model_args))
+    return build_optimizer(model, load_config([*cfg_args, "--lr_schedule=constant", "--compile=False"]), "cpu")
+
+
+@pytest.mark.quick
+def test_the_floor_counts_ns5s_flops_as_by_hand_and_sums_each_product_per_step(monkeypatch):
+    """measure_floors on a device whose batched product takes FLOPs / RATE: the FLOPs are the hand count, the floor
+    is the sum over products of per_step x one product's time (so its rate is RATE), and each distinct product is
+    timed once for all the optimizers that declare it."""
+    rate, now, calls = 1e9, [0.0], []
+
+    def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        calls.append((*a.shape, b.shape[2]))
+        now[0] += 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] / rate  # seconds on the pretend device
+        return a.new_empty(a.shape[0], a.shape[1], b.shape[2])
+
+    monkeypatch.setattr(torch, "bmm", bmm)
+    monkeypatch.setattr(optimizer_step.Clock, "mark", lambda self: now[0])
+    products = ns5_products(SHAPES, 5, torch.float32)
+    assert len(products) == 6  # two shape groups (32 x 48, and the 32 x 96 pair as a batch of 2), 3 products each
+    halved = [p._replace(per_step=p.per_step / 2) for p in products]
+    floors = measure_floors({"ns5": products, "twice": products + products, "halved": halved}, torch.device("cpu"),
+                            repeats=3, warmup=2)
+    assert floors["ns5"].flops == HAND_COUNT
+    assert floors["ns5"].ms == pytest.approx(1e3 * HAND_COUNT / rate, rel=1e-9)
+    assert floors["ns5"].rate == pytest.approx(rate, rel=1e-9)
+    assert floors["twice"].flops == 2 * HAND_COUNT and floors["twice"].ms == pytest.approx(2 * floors["ns5"].ms)
+    assert floors["halved"].flops == HAND_COUNT / 2 and floors["halved"].ms == pytest.approx(floors["ns5"].ms / 2)
+    assert len(calls) == 6 * (2 + 3)  # each distinct product: warm-up + repeats, once for the three lists
+
+
+@pytest.mark.quick
+def test_the_floor_on_this_cpu_times_real_products():
+    """Without pretending: a positive time for each product, the FLOPs the hand count, the rate FLOPs / floor."""
+    floor = measure_floors({"ns5": ns5_products(SHAPES, 5, torch.float32)}, torch.device("cpu"), repeats=2)["ns5"]
+    assert floor.flops == HAND_COUNT and floor.ms > 0
+    assert floor.rate == pytest.approx(floor.flops / (floor.ms / 1e3))
+
+
+@pytest.mark.quick
+def test_the_owner_plan_of_three_matrices_by_hand():
+    """48 x 32 (1,310,720 FLOPs) and two 32 x 96 (2,293,760 each) over 2 ranks: the costliest first, each to the
+    least-loaded rank: 32 x 96 -> 0, 32 x 96 -> 1, 48 x 32 -> 0. Under DDP the busiest receives the other's
+    results, 32 x 96 in bf16; under FSDP, the two all-to-alls of bench.memory.ns5_exchange."""
+    plan = owner_plan(SHAPES, 2)
+    assert plan.loads == [2293760 + 1310720, 2293760] and sum(plan.loads) == HAND_COUNT
+    assert plan.balance == pytest.approx(3604480 / 2949120) and plan.largest == 2293760
+    assert plan.ddp_bytes == 2 * (48 * 32 + 32 * 96 + 32 * 96 - 32 * 96)  # what rank 0 does not hold, rank 1 sends
+    # rank 0 owns the first 32 x 96 and the 48 x 32, receiving their other halves of rows: 16 x 96 + 24 x 32
+    assert plan.fsdp_bytes == (2 * (16 * 96 + 24 * 32), 2 * (16 * 96 + 24 * 32))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("model", ["small", "llama-124m"])
+def test_the_owner_plan_shares_out_muons_products_as_balanced_owners_does(model, capsys):
+    """On a real model's shapes: every rank's NS5 FLOPs sum to what Muon's products() declares for one process
+    (every 2-D parameter, embeddings included: the paper's Muon), the balance is balanced_owners' on NS5's FLOPs,
+    and print_owner_plans prints those numbers."""
+    config = GPTConfig(**PRESETS[model])
+    muon = matrix_optimizer(["--optimizer=muon"], PRESETS[model])
+    one_process = sum(p.flops() for p in muon.products())
+    shapes = matrix_shapes(config)
+    assert sum(p.batch for p in muon.products()) == 3 * len(shapes)  # (3 products per matrix per iteration)
+    print_owner_plans({model: config})
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(model + " ")]
+    assert [int(row[3]) for row in rows] == list(PLAN_WORLD_SIZES)
+    for world_size, row in zip(PLAN_WORLD_SIZES, rows):
+        plan = owner_plan(shapes, world_size)
+        assert len(plan.loads) == world_size and sum(plan.loads) == pytest.approx(one_process, rel=1e-12)
+        loads = balanced_owners([ns5_flops(*shape) for shape in shapes], world_size)[1]
+        assert plan.balance == pytest.approx(max(loads) / statistics.mean(loads), rel=1e-12)
+        assert int(row[1]) == len(shapes) and float(row[2]) == pytest.approx(one_process / 1e12, rel=1e-3)
+        assert float(row[4]) == pytest.approx(max(loads) / 1e12, rel=1e-3)
+        assert row[6] == f"{plan.balance:.2f}x" and float(row[8]) == pytest.approx(plan.ddp_bytes / 1e9, rel=1e-3)
+    # GPT-2 small over 8 ranks: the 768 x 50304 embedding alone is 28% of NS5's FLOPs, so its owner is the busiest
+    if model == "small":
+        assert owner_plan(shapes, 8).balance == pytest.approx(8 * ns5_flops(768, 50304) / one_process, rel=1e-12)
+
+
+def run_module(*args: str) -> str:
+    proc = subprocess.run([conftest.PYTHON, "-m", *args], cwd=conftest.REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_optimizer_step_prints_the_floor_rows_of_the_matrix_optimizers():
+    """`python -m bench.optimizer_step --smoke --optimizers adamw-fused,muon` (its --quick has GPT-2 small's
+    50304-wide embedding, whose NS5 takes seconds a step on a CPU): a floor row for Muon and none for fused AdamW,
+    with Muon's FLOPs as its products() count them, step / floor and the ratio to fused AdamW those of the printed
+    times; then the owner plan of the run's model."""
+    out = run_module("bench.optimizer_step", "--smoke", "--optimizers", "adamw-fused,muon")
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["optimizer", "median"]
+                  and "floor" in line)
+    for column in ("median step ms", "GFLOP/step", "TFLOP/s at floor", "floor ms", "step/floor", "vs fused AdamW"):
+        assert column in lines[header]
+    floor_rows = {line.split()[0]: line.split() for line in lines[header + 1:] if line and line.split()[0] in
+                  ("muon", "adamw-fused")}
+    assert list(floor_rows) == ["muon"]
+    step_ms, gflop, rate, floor_ms, step_over_floor, vs_adamw = floor_rows["muon"][1:]
+    flops = sum(p.flops() for p in matrix_optimizer(["--optimizer=muon"], PRESETS["small"] | SMOKE_MODEL).products())
+    assert float(gflop) == pytest.approx(flops / 1e9, rel=1e-4)
+    assert float(rate) == pytest.approx(float(gflop) / float(floor_ms), rel=1e-3)  # GFLOP / ms = TFLOP/s
+    assert float(step_over_floor[:-1]) == pytest.approx(float(step_ms) / float(floor_ms), abs=0.01, rel=1e-3)
+    step_table_row = next(line.split() for line in lines[:header] if line.startswith("muon "))
+    assert vs_adamw == step_table_row[2]  # the same ratio as the step table's
+    plan_rows = [line.split() for line in lines if line.startswith("smoke model ")]
+    assert [int(row[4]) for row in plan_rows] == list(PLAN_WORLD_SIZES)
+
+
+def test_gpu_benchmark_smoke_run_prints_the_floor_rows():
+    """`python -m bench.gpu --cpu-smoke` (tests/test_cuda.py runs every optimizer through it; here three, for the
+    floor table): a floor row for each timed matrix optimizer, none for AdamW, the optimizer and whole step as
+    the main table has them, Muon's FLOPs those its config's optimizer declares, and the whole step against
+    AdamW's the ratio of the two rows' step ms."""
+    out = run_module("bench.gpu", "--cpu-smoke", "--optimizers", "adamw,muon,scion", "--alone-repeats", "0")
+
+    def rows(header: str) -> list[dict[str, str]]:
+        names = [cell.strip() for cell in header.strip("|").split("|")]
+        lines = out.splitlines()[out.splitlines().index(header) + 2:]
+        table = lines[: next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]
+        return [dict(zip(names, (cell.strip() for cell in line.strip("|").split("|")))) for line in table]
+
+    table = {row["optimizer"]: row for row in rows(TABLE_HEADER) if row["note"] != "memory only"}
+    floors = {row["optimizer"]: row for row in rows(FLOOR_HEADER)}
+    assert list(floors) == ["Muon", "Scion"]
+    muon_config = [os.path.join(conftest.REPO, "config", "gpt2_small_muon.py"),
+                   *[f"--{k}={v}" for k, v in SMOKE_MODEL.items()]]  # (bench.gpu.row_config's model)
+    model_args = load_config(muon_config).model_args()
+    flops = sum(p.flops() for p in matrix_optimizer(muon_config, model_args).products())
+    assert float(floors["Muon"]["GFLOP/step"]) == pytest.approx(flops / 1e9, rel=1e-4)
+    for name, row in floors.items():
+        assert float(row["optimizer ms"]) == pytest.approx(float(table[name]["optimizer ms"]), abs=0.051)
+        assert float(row["whole step ms"]) == pytest.approx(float(table[name]["step ms"]), abs=0.051)
+        ratio = float(row["whole step ms"]) / float(table["AdamW"]["step ms"])
+        assert float(row["whole step / AdamW's"][:-1]) == pytest.approx(ratio, rel=0.05, abs=0.01)
+        step_over_floor = float(row["optimizer ms"]) / float(row["floor ms"])
+        assert float(row["step/floor"][:-1]) == pytest.approx(step_over_floor, rel=1e-3, abs=0.01)
