@@ -15,7 +15,7 @@ import socket
 import sys
 from typing import IO
 
-from data.shards import atomic_write
+from files import atomic_write
 from errors import InputError, write_failure
 
 LOCK = "run.lock"  # held (flock) by the run writing this out_dir (lock_out_dir)

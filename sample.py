@@ -48,7 +48,7 @@ def generate_samples(
 
 
 def main(argv: list[str] | None = None) -> list[str]:
-    parser = argparse.ArgumentParser(description="Sample text from a checkpoint.")
+    parser = argparse.ArgumentParser(prog="python sample.py", description="Sample text from a checkpoint.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--prompt", default="", help="text, or FILE:path to read it from a file")
     parser.add_argument("--num_samples", type=at_least(1), default=3)

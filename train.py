@@ -6,8 +6,9 @@ Train a GPT-2 on token shards: one CPU, one GPU, or N GPUs on one or many nodes.
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_small_mars.py
 
 The config file sets values of config.TrainConfig; --key=value overrides
-follow it. Outputs in out_dir: config.json (resolved config, code version),
-metrics.jsonl (one JSON row per log/eval step) and checkpoints (checkpoint.py).
+follow it (--help lists every key, with the values they set; --print_config prints the resolved
+config and exits). Outputs in out_dir: config.json (resolved config, code version),
+metrics.jsonl (one JSON row per log/eval step) and checkpoints (checkpoint/).
 
 The file reads top to bottom: set-up helpers, the work of one step, then train(), which
 joins and leaves the process group around train_on(), the loop, which calls them in order.
@@ -19,6 +20,7 @@ if __name__ == "__main__":  # first: a stop or requeue signal during the imports
     keep_early_stop_signals()
 
 import gc  # noqa: E402  (the imports after the signal handlers)
+import json
 import math
 import os
 import sys
@@ -35,11 +37,12 @@ from checkpoint import (
     CheckpointError, FileCheckpoints, RunState, ShardedCheckpoints, check_resumable, has_checkpoint, load_checkpoint,
     load_latest, restore_training_state, run_meta,
 )
-from config import HELP_FLAGS, ConfigError, TrainConfig
+from config import HELP_FLAGS, PRINT_CONFIG_FLAG, ConfigError, TrainConfig
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
 from data.prepare import PrepareError, check_complete
 from data.shards import ShardError
 from errors import InputError, exit_on_input_error
+from huggingface import hf_source, load_hf_weights
 from model import GPT, GPTConfig
 from optim import build_optimizer, help_text, load_config
 from optim.contract import (
@@ -342,12 +345,16 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
     data = load_data(cfg, rt)
     total_iters = cfg.total_iters()
     # eval_only scores the run's checkpoint; auto resumes one if out_dir holds one (a save that never completed
-    # is none), and a checkpoint it cannot use stops the run with its error, never a silent fresh start
-    resume = cfg.init_from == "resume" or cfg.eval_only or (cfg.init_from == "auto" and has_checkpoint(cfg.out_dir))
+    # is none), and a checkpoint it cannot use stops the run with its error, never a silent fresh start; so does
+    # hf:<source>, which else starts from the Hugging Face checkpoint (the same command continues the run)
+    resume = cfg.init_from == "resume" or cfg.eval_only or (cfg.init_from not in ("scratch", "resume")
+                                                           and has_checkpoint(cfg.out_dir))
     out_dir_lock = None if cfg.eval_only else claim_out_dir(cfg.out_dir, rt)  # held while this process lives
     check_out_dir(cfg.out_dir, resume, cfg.eval_only)
     torch.manual_seed(cfg.seed)
     raw_model = GPT(GPTConfig(**cfg.model_args()), cfg.fused_cross_entropy).to(rt.device)
+    if hf_source(cfg.init_from) and not resume:  # (before parallelize, which may shard raw_model)
+        log.print(load_hf_weights(raw_model, hf_source(cfg.init_from), cfg.tokenizer))
     model = parallelize(raw_model, cfg, rt)  # (fsdp shards raw_model in place: the optimizer comes after)
     params = list(raw_model.parameters())
     optimizer = build_optimizer(raw_model, cfg, rt.device.type)
@@ -488,7 +495,10 @@ def main(argv: list[str]) -> None:
         if any(arg in HELP_FLAGS for arg in argv):
             print(help_text(argv))
             sys.exit(0)
-        cfg = load_config(argv)
+        cfg = load_config([arg for arg in argv if arg != PRINT_CONFIG_FLAG])
+        if PRINT_CONFIG_FLAG in argv:  # the config as config.json would record it; nothing started
+            print(json.dumps(cfg.to_dict(), indent=2))
+            sys.exit(0)
         check_slurm_restarts(cfg.max_requeues)  # (a job SLURM itself requeues after every failure)
         check_complete(cfg.data_path())  # an interrupted data.prepare: its shards hold part of the data
         status = train(cfg)

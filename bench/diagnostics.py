@@ -10,6 +10,10 @@ DTensor's sharding propagation), 25.7-27.3 ms on each rank's local blocks: withi
 where the all-reduces and the copies dominate.
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("bench/diagnostics.py is a module of the bench package: run it from the repository root as\n"
+                     "    python -m bench.diagnostics ...")
+
 import statistics
 import time
 

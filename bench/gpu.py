@@ -43,6 +43,10 @@ Without a CUDA device it says so and exits 0; --cpu-smoke then runs a tiny model
 optimizer on CPU (eager, fp32), which checks the script's logic and measures nothing of interest.
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("bench/gpu.py is a module of the bench package: run it from the repository root as\n"
+                     "    python -m bench.gpu ...")
+
 import argparse
 import contextlib
 import dataclasses
@@ -508,7 +512,8 @@ def whole_step_ratios(rows: list[Row]) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="small,medium", help="timed rows, from: " + ", ".join(PRESETS))
     parser.add_argument("--optimizers", default=",".join(VARIANTS), help="from: " + ", ".join(VARIANTS))
     parser.add_argument("--memory-only", default="large,xl", help="models with peak-memory rows only ('' for none)")

@@ -81,6 +81,10 @@ peak of a forward-backward pass.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("bench/memory.py is a module of the bench package: run it from the repository root as\n"
+                     "    python -m bench.memory ...")
+
 import argparse
 import dataclasses
 import functools
@@ -684,9 +688,8 @@ def print_readme_tables(world_size: int = 8) -> None:
     print()
     print(f"| optimizer | state, x fp32 weights | XL, DDP over {world_size} | XL, FSDP over {world_size} + AC |")
     print("| --- | --- | --- | --- |")
-    for name in OPTIMIZERS:  # every optimizer of the registry with its paper recipe, on GPT-2 XL's paper run
-        recipe = ["config/gpt2_xl.py", f"config/paper_{name.replace('-', '_')}.py"]
-        runs = [Run(load_config([*recipe, *layout]), world_size)
+    for name in OPTIMIZERS:  # every optimizer of the registry on GPT-2 XL's paper run (bench.recipes' table)
+        runs = [Run(paper_config("xl", "mars-approx" if name == "mars" else name, *layout), world_size)
                 for layout in (LAYOUTS[0], LAYOUTS[2])]
         items = [memory(run) for run in runs]
         state = next(item for item in items[0] if item.key == "optimizer state")
@@ -696,7 +699,8 @@ def print_readme_tables(world_size: int = 8) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = argparse.ArgumentParser(prog="python -m bench.memory",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("--world_size", type=int, default=1, help="GPUs the run is spread over")
     parser.add_argument("--readme", action="store_true", help="print docs/memory.md's tables")

@@ -16,6 +16,10 @@ steps is the step time. MFU uses this project's FLOP count (model.GPT.flops_per_
 counts against an A100's 312 TFLOP/s.
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("bench/nanogpt.py is a module of the bench package: run it from the repository root as\n"
+                     "    python -m bench.nanogpt ...")
+
 import argparse
 import os
 import re
@@ -60,7 +64,8 @@ def nanogpt_step_ms(nanogpt: str, model: str, micro_batch: int, steps: int, warm
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m bench.nanogpt",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("nanogpt", help="a checkout of github.com/karpathy/nanoGPT")
     parser.add_argument("--models", default="small,medium", help="from: " + ", ".join(PRESETS))
     parser.add_argument("--micro-batch", type=int, default=15, help="sequences per step (bench.gpu's default: 15)")

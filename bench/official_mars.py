@@ -19,6 +19,10 @@ included. Each implementation steps with its own gradients: the official fused p
 clipped c_t into the gradients it is given.
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("bench/official_mars.py is a module of the bench package: run it from the repository root as\n"
+                     "    python -m bench.official_mars ...")
+
 import argparse
 import importlib.util
 import os
@@ -105,7 +109,7 @@ def largest_difference(params: list[torch.Tensor], reference: list[torch.Tensor]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.official_mars", description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", help="the official repository's MARS/optimizers folder")
     parser.add_argument("--build-dir", default="/tmp/fused_mars_build")
     parser.add_argument("--build-only", action="store_true")

@@ -30,6 +30,10 @@ owners' results, under FSDP the two all-to-alls (optim/sharding.py's on_owner_ra
 goes to Newton-Schulz, embeddings included, as in the paper's Muon.
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("bench/optimizer_step.py is a module of the bench package: run it from the repository root as\n"
+                     "    python -m bench.optimizer_step ...")
+
 import argparse
 import ctypes
 import dataclasses
@@ -299,7 +303,8 @@ def print_owner_plans(models: dict[str, GPTConfig], world_sizes: tuple[int, ...]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m bench.optimizer_step",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="small", choices=list(PRESETS))
     parser.add_argument("--n_layer", type=int, default=0, help="override the preset's layer count")
     parser.add_argument("--repeats", type=int, default=7)

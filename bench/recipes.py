@@ -1,39 +1,109 @@
 """
-The paper config a benchmark row runs: a model preset (small ... xl, llama-124m ...) and a benchmark variant
-(the registry's mini recipe names: adamw, mars-approx, mars-exact, muon, ...). bench.gpu and bench.memory
-both read their configs here.
+The paper settings as one table: (model preset, optimizer variant) -> the config files and overrides of that run.
+bench.gpu's rows and bench.memory's tables read it; tests/test_paper_configs.py checks that every entry's files exist
+and load, and that every config/gpt2_<size>_<optimizer>.py and config/llama_<size>_<optimizer>.py is in it.
+
+A setting (a model preset: small ... xl, llama-124m ...) is its model, batch and schedule (`recipe`) and the
+optimizers with a file of their own, config/<stem>_<optimizer>.py. An optimizer without one is composed by one of
+two rules, each written once, in `compose`:
+- a setting that `borrows` another (the Llama sizes): that setting's optimizer file on this size's recipe
+  (Semenov et al. keep each optimizer's 124M settings at every size);
+- otherwise: the size's recipe and the optimizer's paper recipe, config/paper_<optimizer>.py.
 """
 
 import os
+from dataclasses import dataclass
 
-from optim import mini_recipes
+from model import PRESETS
+from optim import OPTIMIZERS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Benchmark name -> (the optimizer's part of a paper config's file name, overrides): the registry's mini
-# recipes (config/mini_<part>.py [overrides]), so every optimizer appears.
-VARIANTS = {name.replace("_", "-"): (recipe.args.split()[0].removeprefix("config/mini_").removesuffix(".py"),
-                                     tuple(recipe.args.split()[1:]))
-            for name, recipe in mini_recipes().items()}
-LLAMA_BASE = "llama_124m"  # the Llama presets without files of their own take these, with --model set
+# Benchmark variant -> (the optimizer's part of a config file's name, overrides): every optimizer of the registry,
+# MARS as its two forms (exact: two gradients per step).
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {}
+for _name in OPTIMIZERS:
+    if _name == "mars":
+        VARIANTS["mars-exact"] = ("mars", ("--is_approx=False",))
+        VARIANTS["mars-approx"] = ("mars", ())
+    else:
+        VARIANTS[_name] = (_name.replace("-", "_"), ())
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A model preset's paper setting: config/<stem>_<optimizer>.py for each of `optimizers`; `recipe` (config files
+    and overrides) what an optimizer without a file goes on; `borrows`: the setting whose optimizer files it takes
+    for those ("": the optimizer's config/paper_<optimizer>.py instead)."""
+
+    stem: str
+    optimizers: tuple[str, ...]
+    recipe: tuple[str, ...]
+    borrows: str = ""
+
+
+_GPT2_PAPER = ("adamw", "mars", "muon", "mars_m", "moonlight")  # the official repository's runs (xl: no Muon)
+_LLAMA_BENCHMARK = ("adamw", "mars", "muon")  # Semenov et al.'s rows at every size
+SETTINGS: dict[str, Setting] = {
+    "small": Setting("gpt2_small", (*_GPT2_PAPER, "adam_mini", "ademamix", "adopt", "cautious_adamw", "kron", "lion",
+                                    "nadamw", "prodigy", "schedule_free_adamw", "scion", "signum", "soap", "sophia"),
+                     ("config/gpt2_small.py",)),
+    "medium": Setting("gpt2_medium", _GPT2_PAPER, ("config/gpt2_medium.py",)),
+    "large": Setting("gpt2_large", _GPT2_PAPER, ("config/gpt2_large.py",)),
+    "xl": Setting("gpt2_xl", ("adamw", "mars", "mars_m", "moonlight"), ("config/gpt2_xl.py",)),
+    "llama-124m": Setting("llama_124m", (*_LLAMA_BENCHMARK, "adopt", "prodigy", "signum", "sophia"),
+                          ("config/llama_124m.py",)),
+    "llama-210m": Setting("llama_210m", _LLAMA_BENCHMARK, ("config/llama_124m.py", "--model=llama-210m"),
+                          borrows="llama-124m"),
+    "llama-720m": Setting("llama_720m", _LLAMA_BENCHMARK, ("config/llama_720m.py",), borrows="llama-124m"),
+    # the other Llama presets (llm-baselines' shapes) have no files: the 124M's settings with the model swapped
+    **{preset: Setting(preset.replace("-", "_").replace(".", "_"), (), ("config/llama_124m.py", f"--model={preset}"),
+                       borrows="llama-124m")
+       for preset, shape in PRESETS.items() if shape.get("architecture") == "llama" and preset not in
+       ("llama-124m", "llama-210m", "llama-720m")},
+}
+
+
+@dataclass(frozen=True)
+class PaperRun:
+    """One entry of the table: load_config's arguments (files relative to the repository root, then overrides) and,
+    when the setting has no file for the optimizer, how the run was composed."""
+
+    files: tuple[str, ...]
+    overrides: tuple[str, ...]
+    note: str = ""
+
+    def args(self) -> list[str]:
+        return [*(os.path.join(REPO, f) for f in self.files), *self.overrides]
+
+
+def _split(items: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(i for i in items if not i.startswith("--")), tuple(i for i in items if i.startswith("--"))
+
+
+def compose(model: str, variant: str) -> PaperRun:
+    """The table's entry for a model preset and a variant (the rules of the module's docstring)."""
+    setting, (part, variant_overrides) = SETTINGS[model], VARIANTS[variant]
+    if part in setting.optimizers:
+        return PaperRun((f"config/{setting.stem}_{part}.py",), variant_overrides)
+    files, overrides = _split(setting.recipe)
+    lender = SETTINGS.get(setting.borrows)
+    if lender and part in lender.optimizers:
+        own = f"config/{lender.stem}_{part}.py"
+        files = tuple(f for f in files if f not in lender.recipe)  # (that file includes the lender's recipe)
+        return PaperRun((own, *files), (*overrides, *variant_overrides),
+                        f"no {setting.stem}_{part}.py: {lender.stem}_{part}.py on "
+                        f"{' '.join(os.path.basename(f) for f in (*files, *overrides)) or 'its recipe'}")
+    return PaperRun((*files, f"config/paper_{part}.py"), (*overrides, *variant_overrides),
+                    f"no {setting.stem}_{part}.py: {' + '.join(os.path.basename(f) for f in files)} + paper_{part}.py")
+
+
+TABLE: dict[tuple[str, str], PaperRun] = {(model, variant): compose(model, variant)
+                                          for model in SETTINGS for variant in VARIANTS}
 
 
 def paper_config_args(model: str, variant: str) -> tuple[list[str], str]:
-    """load_config's arguments for a model preset and a variant: config/<prefix>_<optimizer>.py (gpt2_small_mars,
-    llama_124m_mars) and the variant's overrides; else, for a Llama, the optimizer's 124M file on the size's
-    (config/llama_124m_<optimizer>.py, config/<prefix>.py); else the size's file and the optimizer's paper
-    recipe (config/<prefix>.py, config/paper_<optimizer>.py); and a note when it is not the first."""
-    part, overrides = VARIANTS[variant]
-    llama = model.startswith("llama")
-    prefix = model.replace("-", "_") if llama else f"gpt2_{model}"
-    if llama and not os.path.exists(os.path.join(REPO, "config", f"{prefix}.py")):
-        prefix, overrides = LLAMA_BASE, (*overrides, f"--model={model}")
-    path = os.path.join(REPO, "config", f"{prefix}_{part}.py")
-    if os.path.exists(path):
-        return [path, *overrides], ""
-    base_path = os.path.join(REPO, "config", f"{LLAMA_BASE}_{part}.py")
-    if llama and os.path.exists(base_path):  # Semenov et al. keep each optimizer's 124M settings at every size
-        return [base_path, os.path.join(REPO, "config", f"{prefix}.py"), *overrides], \
-            f"no {prefix}_{part}.py: {LLAMA_BASE}_{part}.py on {prefix}.py"
-    paths = [os.path.join(REPO, "config", f"{prefix}.py"), os.path.join(REPO, "config", f"paper_{part}.py")]
-    return [*paths, *overrides], f"no {prefix}_{part}.py: {prefix}.py + paper_{part}.py"
+    """load_config's arguments for a model preset and a variant (TABLE's entry), and a note when the setting has no
+    file of its own for the optimizer."""
+    run = TABLE[(model, variant)]
+    return run.args(), run.note

@@ -15,6 +15,10 @@ Each is run --repeat times and the best kept. Both produce the same token count
 tokens per CPU-second, which other load on a shared machine disturbs far less.
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("bench/tokenization.py is a module of the bench package: run it from the repository root as\n"
+                     "    python -m bench.tokenization ...")
+
 import argparse
 import contextlib
 import os
@@ -88,7 +92,8 @@ def run_prepare(files: list[str], workers: int, out_dir: str) -> tuple[int, Time
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m bench.tokenization",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=30, help="size of the stdlib corpus, in MB of text")
     parser.add_argument("--document-chars", type=int, default=4700,
                         help="stdlib corpus document length (OpenWebText's mean is about 4.7 KB)")

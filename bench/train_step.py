@@ -10,6 +10,10 @@ log steps only, so their cost per step is the extra time of a diagnosed step ove
 on CPU, the step without runtime.keep_freed_memory_for_reuse() (in a fresh process) and the ratio.
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("bench/train_step.py is a module of the bench package: run it from the repository root as\n"
+                     "    python -m bench.train_step ...")
+
 import statistics
 import subprocess
 import sys

@@ -28,6 +28,7 @@ import typing
 from dataclasses import dataclass
 
 from data.tokenizer import TOKENIZERS
+from huggingface import hf_model_args, hf_source
 from model import PRESETS, GPTConfig
 from errors import InputError
 
@@ -40,7 +41,9 @@ class TrainConfig:
     out_dir: str = "out"  # checkpoints, config.json and metrics.jsonl go here
     seed: int = 1337  # fixes init, data order and dropout (the validation windows are fixed for every seed)
     init_from: str = "scratch"  # 'scratch', 'resume' (out_dir's newest good checkpoint), or 'auto': resume
-    # when out_dir holds a checkpoint, else start (a job that may be requeued: the same command both times)
+    # when out_dir holds a checkpoint, else start (a job that may be requeued: the same command both times);
+    # 'hf:<folder or hub name>': as auto, but starting from a Hugging Face GPT-2 or Llama checkpoint, whose
+    # config.json decides the model (huggingface.py; docs/models.md)
 
     # ---- data: token shards in data_dir (default data/<dataset>/), *_train_*.bin and *_val_*.bin
     dataset: str = "openwebtext"
@@ -80,7 +83,8 @@ class TrainConfig:
     optimizer: str = "adamw"
     learning_rate: float = 6e-4  # peak lr of the main (2-D) parameter group
     grad_clip: float = 1.0  # global-norm clipping; 0 disables
-    hyperparameters: typing.Any = None  # the optimizer's settings (load_config fills it)
+    # the optimizer's settings (load_config fills it from the keys above and the optimizer's own): not a key
+    hyperparameters: typing.Any = dataclasses.field(default=None, metadata={"settable": False})
 
     # ---- learning-rate schedule: cosine | constant | wsd (warmup-stable-decay)
     lr_schedule: str = "cosine"
@@ -147,7 +151,10 @@ class TrainConfig:
 
     def model_args(self) -> dict[str, typing.Any]:
         """GPTConfig arguments: GPTConfig's defaults, the preset's (its architecture and shape), the config's own
-        model keys, and any explicit n_layer/n_head/n_embd (0: the preset's)."""
+        model keys, and any explicit n_layer/n_head/n_embd (0: the preset's). Starting from a Hugging Face
+        checkpoint (init_from='hf:...'), its config.json's architecture and shape instead (hf_model_args)."""
+        if hf_source(self.init_from):
+            return hf_model_args(self)
         args = {f.name: f.default for f in dataclasses.fields(GPTConfig)} | PRESETS[self.model]
         args |= {key: getattr(self, key) for key in args if hasattr(self, key) and key not in SHAPE_KEYS}
         args |= {key: getattr(self, key) for key in SHAPE_KEYS if getattr(self, key)}
@@ -177,8 +184,16 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, typing.Any]:
         """Every setting, the loop's and the optimizer's, in one flat dict (as config files write them)."""
-        loop = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "hyperparameters"}
+        loop = {key: getattr(self, key) for key in settable_keys(TrainConfig)}
+        # the model as built: a Llama has no biases whatever bias says (model_args), so it records bias=False
+        loop |= {key: value for key, value in self.model_args().items() if key in loop and key not in SHAPE_KEYS}
         return loop | (self.hyperparameters.to_dict() if self.hyperparameters is not None else {})
+
+
+def settable_keys(schema: type) -> list[str]:
+    """A settings dataclass's keys that a config file or an override may set (TrainConfig.hyperparameters is
+    filled by load_config, not set)."""
+    return [f.name for f in dataclasses.fields(schema) if f.metadata.get("settable", True)]
 
 
 class ConfigError(InputError, ValueError):
@@ -218,8 +233,11 @@ def check_types(settings: typing.Any) -> None:
 
 def _check_values(cfg: TrainConfig) -> None:
     for key, allowed in CHOICES.items():
+        if key == "init_from" and hf_source(cfg.init_from):
+            continue  # (the checkpoint is read, and checked, by model_args below)
         if getattr(cfg, key) not in allowed:
-            raise ConfigError(f"config key '{key}' is {getattr(cfg, key)!r}; choose one of {', '.join(allowed)}")
+            hint = " or hf:<a Hugging Face model folder or hub name>" if key == "init_from" else ""
+            raise ConfigError(f"config key '{key}' is {getattr(cfg, key)!r}; choose one of {', '.join(allowed)}{hint}")
     if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
         raise ConfigError(f"config key 'device' is {cfg.device!r}; use auto, cpu, cuda or cuda:N")
     for key in ("total_batch_size", "micro_batch_size", "block_size", "eval_interval", "log_interval",
@@ -337,11 +355,14 @@ def read_config_file(path: str, including: tuple[str, ...] = ()) -> dict[str, ty
 
 
 HELP_FLAGS = ("--help", "-h")
+PRINT_CONFIG_FLAG = "--print_config"  # train.py: print the resolved config (as config.json records it) and exit
 
 
-def schema_help(schema: type) -> list[str]:
-    """A settings dataclass's keys, one line each (name, default, type, allowed values, its comment in the
-    source: the class's own or an ancestor's), under the source's section headers (`# ---- ...`)."""
+def schema_help(schema: type, values: typing.Mapping[str, typing.Any] | None = None,
+                sources: typing.Mapping[str, str] | None = None) -> list[str]:
+    """A settings dataclass's settable keys, one line each (name, default, type, allowed values, its comment in
+    the source: the class's own or an ancestor's), under the source's section headers (`# ---- ...`). A key in
+    values shows that value instead of the default, marked with where it came from (sources: a file, an override)."""
     described: dict[str, tuple[str, str]] = {}  # key: (type as written, comment)
     order: list[str] = []  # the schema's own source: its headers (a leading space) and keys, in order
     for cls in [c for c in reversed(schema.__mro__) if dataclasses.is_dataclass(c)]:
@@ -359,7 +380,7 @@ def schema_help(schema: type) -> list[str]:
                 if cls is schema:
                     order.append(field.group(1))
             in_header = bool(header or (more and in_header)) and cls is schema
-    keys = [f.name for f in dataclasses.fields(schema) if f.name in described]
+    keys = [key for key in settable_keys(schema) if key in described]
     order = [item for item in order if item.startswith(" ") or item in keys]
     order += [key for key in keys if key not in order]  # inherited keys
     fields = {f.name: f for f in dataclasses.fields(schema)}
@@ -375,30 +396,49 @@ def schema_help(schema: type) -> list[str]:
         elif meta.get("low") is not None:
             low, high = "(" if meta.get("low_open") else "[", ")" if meta.get("high_open") else "]"
             kind += f" in {low}{meta['low']}, {meta['high'] if meta.get('high') is not None else 'inf'}{high}"
-        lines.append(f"    --{f.name}={f.default!r}  ({kind})" + (f"  {comment}" if comment else ""))
+        if values is not None and f.name in values:
+            origin = (sources or {}).get(f.name, "")
+            lines.append(f"    --{f.name}={values[f.name]!r}  ({kind})  [{origin + '; ' if origin else ''}default "
+                         f"{f.default!r}]" + (f"  {comment}" if comment else ""))
+        else:
+            lines.append(f"    --{f.name}={f.default!r}  ({kind})" + (f"  {comment}" if comment else ""))
     return lines
 
 
 def help_text(argv: list[str], hyperparameters: typing.Mapping[str, type]) -> str:
     """train.py --help: the usage, every loop key, the model presets and the optimizers; with an optimizer named
-    (--optimizer=NAME, or a config file that names one), that optimizer's own keys too."""
+    (--optimizer=NAME, or a config file that names one), that optimizer's own keys too. After config files or
+    overrides, each key they set shows its resolved value, marked with the file or override it came from."""
     values: dict[str, typing.Any] = {}
+    sources: dict[str, str] = {}
     for arg in argv:
-        if arg in HELP_FLAGS:
+        if arg in HELP_FLAGS or arg == PRINT_CONFIG_FLAG:
             continue
         if arg.startswith("--") and "=" in arg:
-            values.__setitem__(*_parse_override(arg))
+            key, value = _parse_override(arg)
+            values[key], sources[key] = value, "override"
         elif not arg.startswith("-"):
-            values.update(read_config_file(arg))
+            from_file = read_config_file(arg)
+            values |= from_file
+            sources |= dict.fromkeys(from_file, f"from {arg}")
     optimizer = values.get("optimizer")
-    lines = ["usage: python train.py [CONFIG_FILE.py ...] [--key=value ...]   (torchrun ... train.py ... for DDP/FSDP)",
-             "", "Config files apply in order, then the overrides. The loop's keys (default, type, what it is):"]
-    lines += schema_help(TrainConfig)
+    lines = ["usage: python train.py [CONFIG_FILE.py ...] [--key=value ...] [--print_config]   (torchrun ... "
+             "train.py ... for DDP/FSDP)", "",
+             "Config files apply in order, then the overrides; --print_config prints the resolved config (as the "
+             "run's config.json records it) and exits without starting the run."]
+    lines += ["The loop's keys (" + ("this command line's value [where from; the default] or the default"
+                                     if values else "default") + ", type, what it is):"]
+    lines += schema_help(TrainConfig, values, sources)
     lines += ["", "model presets (--model=NAME):"]
     lines += [f"    {name}: " + ", ".join(f"{k}={v}" for k, v in preset.items()) for name, preset in PRESETS.items()]
     lines += ["", "optimizers (--optimizer=NAME; add --help after it for its own keys): " + ", ".join(hyperparameters)]
     if optimizer in hyperparameters:
-        lines += ["", f"{optimizer}'s own keys:"] + schema_help(hyperparameters[optimizer])
+        lines += ["", f"{optimizer}'s own keys:"] + schema_help(hyperparameters[optimizer], values, sources)
+        read = set(settable_keys(TrainConfig)) | set(settable_keys(hyperparameters[optimizer]))
+        unread = [key for key in values if key not in read]
+        if unread:
+            lines += ["", f"keys this command line sets that neither the loop nor {optimizer} reads (the run would "
+                      f"stop on them): {', '.join(unread)}"]
     elif optimizer is not None:
         lines += ["", f"(no optimizer {optimizer!r}: choose one of the above)"]
     return "\n".join(lines)
@@ -418,7 +458,7 @@ def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], bas
     optimizer = values.get("optimizer", TrainConfig.optimizer)
     if not isinstance(optimizer, str) or optimizer not in hyperparameters:
         raise ConfigError(f"config key 'optimizer' is {optimizer!r}; choose one of {', '.join(hyperparameters)}")
-    loop_keys = {f.name for f in dataclasses.fields(TrainConfig)} - {"hyperparameters"}
+    loop_keys = set(settable_keys(TrainConfig))
     own_keys = {f.name for f in dataclasses.fields(hyperparameters[optimizer])}
     for key in values:
         if key in loop_keys or key in own_keys:

@@ -5,6 +5,6 @@
 # 1e-8.
 include = ["gpt2_large.py", "paper_mars.py"]
 out_dir = "out/gpt2_large_mars"
-wandb_run_name = "gpt2-large-mars"
+wandb_run_name = "gpt2_large_mars"
 learning_rate = 0.002
 lr_1d = 0.001

@@ -5,5 +5,5 @@
 # 1024, eps 1e-8.
 include = ["gpt2_large.py", "paper_moonlight.py"]
 out_dir = "out/gpt2_large_moonlight"
-wandb_run_name = "gpt2-large-moonlight"
+wandb_run_name = "gpt2_large_moonlight"
 learning_rate = 0.005

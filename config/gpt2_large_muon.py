@@ -4,6 +4,6 @@
 # defaults (config/__init__.py, optim/): warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8.
 include = ["gpt2_large.py", "paper_muon.py"]
 out_dir = "out/gpt2_large_muon"
-wandb_run_name = "gpt2-large-muon"
+wandb_run_name = "gpt2_large_muon"
 learning_rate = 0.00667
 lr_1d = 0.001

@@ -5,6 +5,6 @@
 # 1e-8.
 include = ["gpt2_medium.py", "paper_mars.py"]
 out_dir = "out/gpt2_medium_mars"
-wandb_run_name = "gpt2-medium-mars"
+wandb_run_name = "gpt2_medium_mars"
 learning_rate = 0.003
 lr_1d = 0.0015

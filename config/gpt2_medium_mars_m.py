@@ -5,6 +5,6 @@
 # 1024, eps 1e-8.
 include = ["gpt2_medium.py", "paper_mars_m.py"]
 out_dir = "out/gpt2_medium_mars_m"
-wandb_run_name = "gpt2-medium-mars-m"
+wandb_run_name = "gpt2_medium_mars_m"
 learning_rate = 0.005
 min_lr = 6e-05  # the official config's (the default)

@@ -2,5 +2,5 @@
 # of 480 x 1024 tokens; the scripts in scripts/ pick the dataset, GPU count, micro-batch and token budget.
 include = ["gpt2_small.py", "paper_ademamix.py"]
 out_dir = "out/gpt2_small_ademamix"
-wandb_run_name = "gpt2-small-ademamix"
+wandb_run_name = "gpt2_small_ademamix"
 learning_rate = 6e-4  # AdamW's (untuned)

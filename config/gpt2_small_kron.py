@@ -2,5 +2,5 @@
 # tokens; the scripts in scripts/ pick the dataset, GPU count, micro-batch and token budget.
 include = ["gpt2_small.py", "paper_kron.py"]
 out_dir = "out/gpt2_small_kron"
-wandb_run_name = "gpt2-small-kron"
+wandb_run_name = "gpt2_small_kron"
 learning_rate = 6e-4  # AdamW's (untuned)

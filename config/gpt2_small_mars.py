@@ -5,6 +5,6 @@
 # 1e-8.
 include = ["gpt2_small.py", "paper_mars.py"]
 out_dir = "out/gpt2_small_mars"
-wandb_run_name = "gpt2-small-mars"
+wandb_run_name = "gpt2_small_mars"
 learning_rate = 0.006
 lr_1d = 0.003

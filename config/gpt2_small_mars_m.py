@@ -5,5 +5,5 @@
 # 1024, eps 1e-8.
 include = ["gpt2_small.py", "paper_mars_m.py"]
 out_dir = "out/gpt2_small_mars_m"
-wandb_run_name = "gpt2-small-mars-m"
+wandb_run_name = "gpt2_small_mars_m"
 learning_rate = 0.006

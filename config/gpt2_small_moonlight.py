@@ -5,5 +5,5 @@
 # 1024, eps 1e-8.
 include = ["gpt2_small.py", "paper_moonlight.py"]
 out_dir = "out/gpt2_small_moonlight"
-wandb_run_name = "gpt2-small-moonlight"
+wandb_run_name = "gpt2_small_moonlight"
 learning_rate = 0.006

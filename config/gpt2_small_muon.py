@@ -4,6 +4,6 @@
 # defaults (config/__init__.py, optim/): warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8.
 include = ["gpt2_small.py", "paper_muon.py"]
 out_dir = "out/gpt2_small_muon"
-wandb_run_name = "gpt2-small-muon"
+wandb_run_name = "gpt2_small_muon"
 learning_rate = 0.02
 lr_1d = 0.003

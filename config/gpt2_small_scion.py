@@ -2,6 +2,6 @@
 # 480 x 1024 tokens; the scripts in scripts/ pick the dataset, GPU count, micro-batch and token budget.
 include = ["gpt2_small.py", "paper_scion.py"]
 out_dir = "out/gpt2_small_scion"
-wandb_run_name = "gpt2-small-scion"
+wandb_run_name = "gpt2_small_scion"
 learning_rate = 2**-12  # its authors' modded-nanogpt GPT-2 small rate (untuned here)
 min_lr = 0.0

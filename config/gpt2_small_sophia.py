@@ -3,5 +3,5 @@
 # and token budget. Its authors decay to 1.5e-5 after a 2000-step warmup.
 include = ["gpt2_small.py", "paper_sophia.py"]
 out_dir = "out/gpt2_small_sophia"
-wandb_run_name = "gpt2-small-sophia"
+wandb_run_name = "gpt2_small_sophia"
 min_lr = 1.5e-5

@@ -4,5 +4,5 @@
 # defaults (config/__init__.py, optim/): warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8.
 include = ["gpt2_xl.py", "paper_adamw.py"]
 out_dir = "out/gpt2_xl_adamw"
-wandb_run_name = "gpt2-xl-adamw"
+wandb_run_name = "gpt2_xl_adamw"
 learning_rate = 0.0002

@@ -4,6 +4,6 @@
 # defaults (config/__init__.py, optim/): warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8.
 include = ["gpt2_xl.py", "paper_mars.py"]
 out_dir = "out/gpt2_xl_mars"
-wandb_run_name = "gpt2-xl-mars"
+wandb_run_name = "gpt2_xl_mars"
 learning_rate = 0.002
 lr_1d = 0.001

@@ -5,5 +5,5 @@
 # 1024, eps 1e-8.
 include = ["gpt2_xl.py", "paper_moonlight.py"]
 out_dir = "out/gpt2_xl_moonlight"
-wandb_run_name = "gpt2-xl-moonlight"
+wandb_run_name = "gpt2_xl_moonlight"
 learning_rate = 0.003

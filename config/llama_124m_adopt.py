@@ -2,6 +2,6 @@
 # decoupled weight decay 0.1).
 include = ["llama_124m.py", "paper_adopt.py"]
 out_dir = "out/llama_124m_adopt"
-wandb_run_name = "llama-124m-adopt"
+wandb_run_name = "llama_124m_adopt"
 learning_rate = 1e-3
 min_lr = 1e-5

@@ -3,7 +3,7 @@
 # wd 0.1, as their MARS hard-codes weight_decay_1d).
 include = ["llama_124m.py"]
 out_dir = "out/llama_124m_mars"
-wandb_run_name = "llama-124m-mars"
+wandb_run_name = "llama_124m_mars"
 optimizer = "mars"
 mars_type = "mars-adamw"
 is_approx = True

@@ -4,7 +4,7 @@
 # D-Muon (decoupled weight decay, AdamW-matched update size) is our Moonlight: docs/optimizers.md.
 include = ["llama_124m.py"]
 out_dir = "out/llama_124m_muon"
-wandb_run_name = "llama-124m-muon"
+wandb_run_name = "llama_124m_muon"
 optimizer = "muon"
 learning_rate = 1e-2
 min_lr = 1e-4

@@ -3,6 +3,6 @@
 # optim/signum.py); signum_momentum_init="parameter" reruns it exactly.
 include = ["llama_124m.py", "paper_signum.py"]
 out_dir = "out/llama_124m_signum"
-wandb_run_name = "llama-124m-signum"
+wandb_run_name = "llama_124m_signum"
 learning_rate = 1e-3
 min_lr = 1e-5

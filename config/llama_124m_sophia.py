@@ -5,7 +5,7 @@
 # their batch. sophia_bs = 480 x 512 / 8 gives this loop's estimate their expected rho bs h.
 include = ["llama_124m.py", "paper_sophia.py"]
 out_dir = "out/llama_124m_sophia"
-wandb_run_name = "llama-124m-sophia"
+wandb_run_name = "llama_124m_sophia"
 learning_rate = 1e-3
 min_lr = 1e-5
 beta1 = 0.9

@@ -3,4 +3,4 @@
 include = ["llama_124m_mars.py"]
 model = "llama-210m"
 out_dir = "out/llama_210m_mars"
-wandb_run_name = "llama-210m-mars"
+wandb_run_name = "llama_210m_mars"

@@ -3,4 +3,4 @@
 include = ["llama_124m_muon.py"]
 model = "llama-210m"
 out_dir = "out/llama_210m_muon"
-wandb_run_name = "llama-210m-muon"
+wandb_run_name = "llama_210m_muon"

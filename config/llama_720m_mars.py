@@ -2,4 +2,4 @@
 # settings (config/llama_124m_mars.py) on the 720M recipe (config/llama_720m.py).
 include = ["llama_124m_mars.py", "llama_720m.py"]
 out_dir = "out/llama_720m_mars"
-wandb_run_name = "llama-720m-mars"
+wandb_run_name = "llama_720m_mars"

@@ -2,4 +2,4 @@
 # (config/llama_124m_muon.py) on the 720M recipe (config/llama_720m.py).
 include = ["llama_124m_muon.py", "llama_720m.py"]
 out_dir = "out/llama_720m_muon"
-wandb_run_name = "llama-720m-muon"
+wandb_run_name = "llama_720m_muon"

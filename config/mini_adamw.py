@@ -1,5 +1,5 @@
 # AdamW for the CPU mini reproduction (after config/mini.py): the paper's betas and weight decay; the
-# learning rate and warmup tuned by scripts/tune_mini.sh (scripts/tune_results/tuning.md; before tuning,
+# learning rate and warmup tuned by scripts/tune_mini.sh (results/tune/tuning.md; before tuning,
 # 2e-3 and config/mini.py's 25 steps, from scripts/mini_sweep.sh).
 optimizer = "adamw"
 learning_rate = 5.657e-3

@@ -1,6 +1,6 @@
 # MARS-M for the CPU mini reproduction (after config/mini.py): the official recipe's momentum (beta1 0.95)
 # and gamma, the learning rate from the mini sweep; the weight decay and warmup tuned by scripts/tune_mini.sh
-# (scripts/tune_results/tuning.md; before tuning, 1e-2 and config/mini.py's 25 steps).
+# (results/tune/tuning.md; before tuning, 1e-2 and config/mini.py's 25 steps).
 optimizer = "mars-m"
 is_approx = True
 gamma = 0.025

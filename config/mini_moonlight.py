@@ -1,6 +1,6 @@
 # Moonlight for the CPU mini reproduction (after config/mini.py): the official recipe's update scale
 # (0.2 sqrt(max(m, n)), matched to AdamW's) and its decoupled weight decay; the learning rate, weight decay,
-# warmup and momentum tuned by scripts/tune_mini.sh (scripts/tune_results/tuning.md; before tuning, 2.4e-2,
+# warmup and momentum tuned by scripts/tune_mini.sh (results/tune/tuning.md; before tuning, 2.4e-2,
 # 1e-1, config/mini.py's 25 steps and the official beta1 0.95).
 optimizer = "moonlight"
 learning_rate = 3.394e-2

@@ -2,7 +2,7 @@
 # parameter, embeddings included; on the rest the official repository's AdamW with betas 0.9/0.95, lr_1d
 # fixed at 3e-3) and its paper-era schedule (constant, then linear to 0 over the last 2% of the run); the
 # learning rate, weight decay, warmup and momentum tuned by scripts/tune_mini.sh
-# (scripts/tune_results/tuning.md; before tuning, 4e-2, 0, config/mini.py's 25 steps and 0.95).
+# (results/tune/tuning.md; before tuning, 4e-2, 0, config/mini.py's 25 steps and 0.95).
 optimizer = "muon"
 learning_rate = 5.657e-2
 weight_decay = 1e-3

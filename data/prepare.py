@@ -41,6 +41,10 @@ From Python: prepare(Source(...), out_dir) (under `if __name__ == "__main__":` i
 script when workers > 1, as multiprocessing requires).
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("data/prepare.py is a module of the data package: run it from the repository root as\n"
+                     "    python -m data.prepare ...")
+
 import argparse
 import codecs
 import collections
@@ -63,8 +67,9 @@ from tqdm import tqdm
 # `datasets` is imported where sources are read, so that tokenising local text (data/quickstart.py)
 # does not need it.
 
-from data.shards import ShardError, atomic_write, file_sha256, open_shard, write_shard
+from data.shards import ShardError, open_shard, write_shard
 from data.tokenizer import TOKENIZERS, get_encoding
+from files import atomic_write, file_sha256
 
 DEFAULT_SHARD_SIZE = 100_000_000  # tokens; 200 MB per shard
 VOCAB_SIZE = 50257  # GPT-2: every token id is below this
@@ -554,7 +559,8 @@ def check_settings(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m data.prepare",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", help="output folder (default data/<name>)")

@@ -11,6 +11,10 @@ Each file is one document, preceded by <|endoftext|> (the project's delimiter
 convention). Every 50th file (in sorted order) goes to the val split.
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("data/quickstart.py is a module of the data package: run it from the repository root as\n"
+                     "    python -m data.quickstart ...")
+
 import argparse
 import os
 import sysconfig
@@ -55,7 +59,8 @@ def prepare(out_dir: str, tokenizer: str = "gpt2") -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m data.quickstart",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", default="gpt2", choices=TOKENIZERS,
                         help="gpt2, or bytes (the CPU mini reproduction's corpus, data/stdlib_bytes/)")
     parser.add_argument("--out", help="default: data/stdlib (gpt2) or data/stdlib_bytes (bytes)")

@@ -5,13 +5,11 @@ A shard is a header of 256 little-endian int32 (magic 20240520, version 1,
 token count, zeros) followed by the tokens as little-endian uint16.
 """
 
-import contextlib
-import hashlib
 import os
-from collections.abc import Iterator
-from typing import IO
 
 import numpy as np
+
+from files import atomic_write
 
 MAGIC = 20240520
 VERSION = 1
@@ -22,45 +20,6 @@ TOKEN_DTYPE = np.dtype("<u2")
 
 class ShardError(ValueError):
     """A token shard that is not valid; the message names the file."""
-
-
-@contextlib.contextmanager
-def atomic_write(path: str, mode: str = "wb") -> Iterator[IO]:
-    """Write path through a temporary file that is fsync'ed and renamed over it, so a crash
-    leaves the old file or the new one, never half of one (shards, manifests, checkpoints)."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A partial temporary file is of no use, and on a full disk it keeps the space taken.
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    fsync_directory(os.path.dirname(path) or ".")
-
-
-def file_sha256(path: str) -> str:
-    """The hex sha256 of a file's bytes (shards, checkpoints), read in chunks."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def fsync_directory(path: str) -> None:
-    """Make a rename in the folder durable (a crash after it keeps the new name)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # a platform or filesystem without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_shard(path: str, tokens: np.ndarray) -> None:

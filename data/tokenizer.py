@@ -25,7 +25,7 @@ import tempfile
 import numpy as np
 import tiktoken
 
-from data.shards import atomic_write
+from files import atomic_write
 
 EOT_TOKEN = 50256  # <|endoftext|>, the document delimiter
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"

@@ -11,6 +11,10 @@ registered name (simple_evaluate(model="mars_gpt", model_args={"checkpoint": ...
 or pass an instance: GPTLM(model=gpt).
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("eval/harness.py is a module of the eval package: run it from the repository root as\n"
+                     "    python -m eval.harness ...")
+
 import argparse
 import difflib
 import json
@@ -25,7 +29,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import get_rolling_token_windows, handle_non_serializable, make_disjoint_window, make_table
 
-from data.shards import atomic_write
+from files import atomic_write
 from eval.paper import PAPER_COLUMNS, paper_scores
 from checkpoint import load_checkpoint, load_model
 from eval.scoring import TokenPair, encode, model_encoding, right_padded, score_continuations
@@ -42,7 +46,7 @@ class GPTLM(TemplateLM):
     """A GPT from model.py behind lm-eval's interface. Log-likelihoods come from
     eval.scoring (shared with the built-in HellaSwag evaluator); generation is
     greedy. Text is tokenised with the model's own tokenizer: `tokenizer`, else a
-    checkpoint's (checkpoint.tokenizer_of), else GPT-2's for a model given as such."""
+    checkpoint's (checkpoint.evaluation.tokenizer_of), else GPT-2's for a model given as such."""
 
     def __init__(
         self,
@@ -257,7 +261,8 @@ def check_output(output: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description="lm-evaluation-harness tasks on a checkpoint.")
+    parser = argparse.ArgumentParser(prog="python -m eval.harness",
+                                     description="lm-evaluation-harness tasks on a checkpoint.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--tasks", required=True, help="comma-separated lm-eval task (or group) names")
     parser.add_argument("--batch_size", type=at_least(1), default=32, help="sequences per forward")

@@ -14,6 +14,10 @@ depend on lm-eval; tests/test_eval.py checks both against the harness itself.
     python -m eval.hellaswag --checkpoint out/run/ckpt.pt [--data hellaswag_val.jsonl]
 """
 
+if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
+    raise SystemExit("eval/hellaswag.py is a module of the eval package: run it from the repository root as\n"
+                     "    python -m eval.hellaswag ...")
+
 import argparse
 import json
 import os
@@ -188,7 +192,8 @@ def evaluate_hellaswag(
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description="Zero-shot HellaSwag accuracy of a checkpoint.")
+    parser = argparse.ArgumentParser(prog="python -m eval.hellaswag",
+                                     description="Zero-shot HellaSwag accuracy of a checkpoint.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--data", default=None, help="local HellaSwag jsonl (default: download from the hub)")
     parser.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu")

@@ -29,7 +29,7 @@ TokenPair = tuple[list[int], list[int]]
 
 
 def model_encoding(tokenizer: str, vocab_size: int, model: str = "the model") -> Encoding:
-    """The tokenizer a model was trained with (checkpoint.tokenizer_of; the config's `tokenizer` in
+    """The tokenizer a model was trained with (checkpoint.evaluation.tokenizer_of; the config's `tokenizer` in
     train.py), refused with an InputError when it has ids beyond the model's vocabulary: feeding one
     would index past the embedding (an IndexError on the CPU, a device-side assert on CUDA)."""
     enc = get_encoding(tokenizer)

@@ -4,7 +4,7 @@ The optimizer registry: every optimizer the training loop can build, in one tabl
 Each entry names an optimizer (the config key `optimizer`), its hyperparameters (the settings it
 reads, their types, ranges and defaults, declared in its module: optim/contract.py) and its builder,
 and its recipes for the CPU mini reproduction. Config validation (load_config), resume checks,
-scripts/report.py, the sweep tool and the benchmarks read this table; adding an optimizer is one
+experiments/report.py, the sweep tool and the benchmarks read this table; adding an optimizer is one
 file in optim/ plus one entry here. What the training loop may ask of an optimizer is the contract
 in optim/contract.py; train.py never branches on an optimizer's name.
 """
@@ -46,7 +46,7 @@ class MiniRecipe:
     """A run of the CPU mini reproduction: its arguments after config/mini.py, the learning rates
     scripts/mini_sweep.sh tries (its config's rate comes from that sweep, or from scripts/tune_mini.sh for the
     recipes it tuned), and the keys of the optimizer's own
-    that scripts/tune.py tunes beside the learning rate and weight decay (its warmup, its second-moment or
+    that experiments/tune.py tunes beside the learning rate and weight decay (its warmup, its second-moment or
     momentum rate, and what its paper says matters most)."""
 
     args: str

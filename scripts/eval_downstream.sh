@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paper's zero-shot downstream evaluation of a finished run (lm-evaluation-harness, eval/harness.py):
 #   bash scripts/eval_downstream.sh out/gpt2_xl_mars_fw [more eval.harness arguments]
-# Results go to RUN_DIR/ckpt_lm_eval.json; scripts/report.py puts them in its downstream table.
+# Results go to RUN_DIR/ckpt_lm_eval.json; experiments/report.py puts them in its downstream table.
 # TASKS=a,b overrides the paper's task list; BATCH_SIZE (default 32); DRY_RUN=1 scores 2 examples per task on CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -27,6 +27,6 @@ case "${MODEL:-gpt2}" in
     llama) base=(config/mini.py config/mini_llama.py) folder="$(out_root)/mini_paper_llama" ;;
     *) echo "error: MODEL must be gpt2 or llama, got '$MODEL'" >&2; exit 2 ;;
 esac
-python3 -m scripts.sweep "$folder" "${base[@]}" --recipes "mini${RECIPES:+:$RECIPES}" --seeds "${SEEDS:-1,2,3}" --jobs "${JOBS:-2}" \
+python3 -m experiments.sweep "$folder" "${base[@]}" --recipes "mini${RECIPES:+:$RECIPES}" --seeds "${SEEDS:-1,2,3}" --jobs "${JOBS:-2}" \
     "${extra[@]}"
-python3 -m scripts.report "$folder" --out "$folder/report"
+python3 -m experiments.report "$folder" --out "$folder/report"

@@ -17,5 +17,5 @@ if [[ "${DRY_RUN:-0}" == 1 ]]; then
 else
     [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
 fi
-python3 -m scripts.sweep "$(out_root)/mini_sweep" config/mini.py --recipes "mini${RECIPES:+:$RECIPES}" --seeds "${SEEDS:-1}" \
+python3 -m experiments.sweep "$(out_root)/mini_sweep" config/mini.py --recipes "mini${RECIPES:+:$RECIPES}" --seeds "${SEEDS:-1}" \
     --jobs "${JOBS:-2}" "${extra[@]}"

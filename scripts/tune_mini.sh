@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Phase-1 tuning of the mini reproduction's recipes as Wen et al. (2025) tune (python -m scripts.tune: coordinate
+# Phase-1 tuning of the mini reproduction's recipes as Wen et al. (2025) tune (python -m experiments.tune: coordinate
 # descent on seed 1 over the learning rate, weight decay, warmup, the second-moment or momentum rate and each
 # optimizer's own keys, until no move beats the seed noise; then seeds 2-4 and the 0.5x/2x sensitivity), AdamW
 # first and given at least as many runs as any other. RECIPES: which (default: the issue's seven), JOBS runs at a
 # time on one thread each. Results in out/mini_tune/: tuning.md, tuning.csv, tuned.json, a folder per run.
 # Rerunning resumes what is not done; to go on from the committed results, unpack them first:
-#     mkdir -p out && tar xJf scripts/tune_results/runs.tar.xz -C out
+#     mkdir -p out && tar xJf results/tune/runs.tar.xz -C out
 # DRY_RUN=1: a tiny model, 8 steps a run, one round: checks the whole path in about two minutes.
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
@@ -16,5 +16,5 @@ if [[ "${DRY_RUN:-0}" == 1 ]]; then
            --block_size=32 --micro_batch_size=2 --total_batch_size=64 --max-rounds 1)
 fi
 [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
-python3 -m scripts.tune "$(out_root)/mini_tune" config/mini.py \
+python3 -m experiments.tune "$(out_root)/mini_tune" config/mini.py \
     --recipes "${RECIPES:-adamw,mars_approx,mars_exact,muon,mars_m,moonlight,soap}" --jobs "${JOBS:-2}" "${extra[@]}"

@@ -16,7 +16,7 @@ import torch.distributed.checkpoint as dcp
 
 from checkpoint import CheckpointError, checksum_path, load_checkpoint, load_latest, load_model, step_path
 from conftest import PYTHON, REPO, flip_middle_byte, run_train, tiny_run_args
-from data.shards import file_sha256
+from files import file_sha256
 from model import GPT, GPTConfig
 
 STEPS = 10
@@ -26,14 +26,14 @@ COMMON = dict(max_iters=STEPS, lr_decay_iters=STEPS, ckpt_interval=2, eval_inter
 # code, on the `save`-th checkpoint this process writes.
 KILL_SCRIPT = """
 import os, signal, sys
-import checkpoint, train
+import checkpoint.file as single_file, train
 where, save = sys.argv[1], int(sys.argv[2])
 saves = [0]
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
-real_save, real_write, real_link, real_remove = checkpoint.save_checkpoint, checkpoint._ErrorKeepingWriter.write, checkpoint._link, os.remove
+real_save, real_write, real_link, real_remove = single_file.save_checkpoint, single_file._ErrorKeepingWriter.write, single_file._link, os.remove
 
 def counting_save(*args, **kwargs):
     saves[0] += 1
@@ -57,8 +57,7 @@ def remove(path):
         die()
     return real_remove(path)
 
-checkpoint.save_checkpoint, checkpoint._ErrorKeepingWriter.write, checkpoint._link = counting_save, write, link
-train.save_checkpoint = counting_save
+single_file.save_checkpoint, single_file._ErrorKeepingWriter.write, single_file._link = counting_save, write, link
 os.remove = remove
 train.main(sys.argv[3:])
 """
@@ -261,6 +260,50 @@ def test_a_copied_checkpoint_verifies_for_every_reader(tiny_dataset, tmp_path):
     output = proc.stdout + proc.stderr
     assert "skipping checkpoint" in output and "optimizer/state/0/exp_avg differs" in output, output[-3000:]
     assert f"resuming {step_path(copy, 3)} at step 3" in output, output[-3000:]
+
+
+def test_sample_and_eval_pointed_at_a_folder_of_runs_take_its_newest_run(tiny_dataset, tmp_path, capsys):
+    """The quickstart's out_dir holds one run per `bash scripts/quickstart.sh`, each in a folder named by its
+    start time. sample.py pointed at it (eval/ and the export read through the same load_model) takes the
+    newest run that has a checkpoint, naming it on stderr. A folder whose runs' names do not tell the newest
+    lists them to choose from; one with no run says so and how to get one; neither with a traceback."""
+    import sample
+
+    runs = tmp_path / "quickstart"
+    older, newer, unsaved = (str(runs / name) for name in ("20261127-090000", "20261127-101500", "20261127-113000"))
+    settings = dict(max_iters=2, eval_interval=2, tokenizer="bytes", vocab_size=320)  # (sample.py reads bytes)
+    run_train(tiny_run_args(tiny_dataset, older, seed=1, **settings))
+    run_train(tiny_run_args(tiny_dataset, newer, seed=2, **settings))
+    os.makedirs(unsaved)  # a run started later that has not saved a checkpoint yet: passed over
+    subprocess.run(["cp", os.path.join(newer, "config.json"), unsaved], check=True)
+
+    model, tokenizer = load_model(str(runs))
+    assert f"holds 2 runs (20261127-090000, 20261127-101500): using the newest, {newer}" in capsys.readouterr().err
+    assert tokenizer == "bytes"
+    assert all(torch.equal(v, load_model(newer)[0].state_dict()[k]) for k, v in model.state_dict().items())
+    args = ["--device", "cpu", "--num_samples", "1", "--max_new_tokens", "4", "--checkpoint"]
+    assert sample.main(args + [str(runs)]) == sample.main(args + [newer]) != sample.main(args + [older])
+
+    sweep = tmp_path / "sweep"  # runs named by their settings, as a sweep names them
+    os.makedirs(sweep)
+    os.symlink(older, sweep / "lr_3e-3_seed1")
+    os.symlink(newer, sweep / "lr_3e-3_seed2")
+    with pytest.raises(CheckpointError, match=r"holds 2 runs \(lr_3e-3_seed1, lr_3e-3_seed2\) and their names do "
+                                              r"not say which is the newest: point at the one to use"):
+        load_model(str(sweep))
+
+    waiting = tmp_path / "waiting"  # its one run has not saved yet
+    os.makedirs(waiting)
+    os.symlink(unsaved, waiting / "20261127-113000")
+    empty = tmp_path / "empty"
+    os.makedirs(empty)
+    capsys.readouterr()
+    for folder, message in [(empty, "holds no checkpoint and no run with one; point at a checkpoint"),
+                            (waiting, "its runs 20261127-113000 have not saved one yet")]:
+        with pytest.raises(SystemExit) as exit:
+            sample.main(args + [str(folder)])
+        err = capsys.readouterr().err
+        assert exit.value.code == 2 and message in err and "Traceback" not in err, err
 
 
 @pytest.mark.quick

@@ -1,4 +1,6 @@
 import dataclasses
+import json
+import re
 import subprocess
 
 import pytest
@@ -114,3 +116,41 @@ def test_train_help_lists_every_key_preset_and_optimizer():
     for name, schema in HYPERPARAMETERS.items():
         text = help_text(["--help", f"--optimizer={name}"])
         assert all(f"--{f.name}={f.default!r}  (" in text for f in dataclasses.fields(schema)), name
+
+
+def test_help_lists_only_keys_the_loader_accepts():
+    """Every --key=value line of the help, the loop's and each optimizer's own, is a key load_config reads, its
+    value as written (TrainConfig.hyperparameters, which load_config fills, is not one)."""
+    for name in HYPERPARAMETERS:
+        lines = re.findall(r"^    (--\w+=.*?)  \(", help_text(["--help", f"--optimizer={name}"]), re.MULTILINE)
+        assert lines and not any(line.startswith("--hyperparameters=") for line in lines)
+        for line in lines:
+            try:  # (a default may not fit the others' defaults: Schedule-Free's lr_schedule)
+                load_config([f"--optimizer={name}"] + ([line] if not line.startswith("--optimizer=") else []))
+            except ConfigError as e:
+                assert "unknown config key" not in str(e) and "not of the chosen optimizer" not in str(e), line
+
+
+def test_help_after_config_files_shows_their_values_and_print_config_the_resolved_config(tmp_path):
+    """python train.py FILE --key=value --help shows the values the file and the overrides set, each marked
+    with where it came from and the default; --print_config prints the resolved config as config.json records
+    it (the model as built: a Llama's bias=False) and exits 0 without starting the run."""
+    proc = subprocess.run([PYTHON, "train.py", "config/gpt2_small_mars.py", "--warmup_iters=5", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--learning_rate=0.006  (float)  [from config/gpt2_small_mars.py; default 0.0006]" in proc.stdout
+    assert "--warmup_iters=5  (int)  [override; default 2000]" in proc.stdout
+    assert "--beta1=0.95  (float in [0.0, 1.0))  [from config/gpt2_small_mars.py; default 0.9]" in proc.stdout
+    assert "--seed=1337  (int)  fixes" in proc.stdout and "hyperparameters" not in proc.stdout
+    out_dir = tmp_path / "run"
+    args = ["config/llama_124m_mars.py", "--max_iters=3", f"--out_dir={out_dir}"]
+    proc = subprocess.run([PYTHON, "train.py", *args, "--print_config"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    printed = json.loads(proc.stdout)
+    assert printed == json.loads(json.dumps(load_config(args).to_dict()))
+    assert (printed["max_iters"], printed["learning_rate"], printed["bias"]) == (3, 0.003, False)
+    assert not out_dir.exists()
+    proc = subprocess.run([PYTHON, "train.py", *args, "--learning_rat=1", "--print_config"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown config key 'learning_rat'" in proc.stderr and not proc.stdout

@@ -15,7 +15,7 @@ from model import GPT, GPTConfig
 from optim import build_optimizer, load_config
 from optim.routing import parameter_kinds
 from runtime import Runtime
-from scripts import report
+from experiments import report
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "mars", "mars-m"])

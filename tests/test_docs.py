@@ -16,12 +16,12 @@ import pytest
 
 from conftest import PYTHON, REPO
 from optim import HYPERPARAMETERS, help_text, load_config
-from config import HELP_FLAGS, ConfigError, TrainConfig
+from config import HELP_FLAGS, PRINT_CONFIG_FLAG, ConfigError, TrainConfig
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 MODULE = re.compile(r"python3? -m ([a-zA-Z_][\w.]*)")
-PATH = re.compile(r"\b((?:scripts|config|bench|eval|data|tests|docs)/[\w./-]+\.(?:py|sh|sbatch|md|png|json))\b")
+PATH = re.compile(r"\b((?:scripts|experiments|results|config|bench|eval|data|tests|docs)/[\w./-]+\.(?:py|sh|sbatch|md|png|json|csv))\b")
 KEY = re.compile(r"(?<![\w-])--([a-z][a-z0-9_]*)=")
 # train.py's keys: the loop's and every optimizer's
 TRAIN_KEYS = {name for name in TrainConfig.__dataclass_fields__} | {
@@ -113,7 +113,7 @@ def refused_train_commands(page: Path) -> list[str]:
             args = re.split(r"\s+(?:#|\||&&|;|>)", " " + match[1])[0].split()
             if any(c in arg for arg in args for c in "<$*[") or "..." in args or "…" in " ".join(args):
                 continue
-            args = [str(REPO / a) if a.endswith(".py") else a for a in args]
+            args = [str(REPO / a) if a.endswith(".py") else a for a in args if a != PRINT_CONFIG_FLAG]
             try:
                 help_text(args) if any(a in HELP_FLAGS for a in args) else load_config(args)
             except (ConfigError, OSError) as e:

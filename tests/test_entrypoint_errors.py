@@ -181,17 +181,17 @@ CASES: dict[str, Callable[[Path], Case]] = {
                                                [str(d / "stdlib"), "--out"], untouched=[d / "stdlib"]),
 
     "report_corrupt_config": lambda d: Case(
-        ["-m", "scripts.report", str(run_folder(d / "runs" / "a", config='{"config": {')), "--out", str(d / "r")],
+        ["-m", "experiments.report", str(run_folder(d / "runs" / "a", config='{"config": {')), "--out", str(d / "r")],
         [str(d / "runs" / "a" / "config.json")]),
     "report_foreign_config": lambda d: Case(
-        ["-m", "scripts.report", str(run_folder(d / "runs" / "a", config='{"model_type": "gpt2"}')),
+        ["-m", "experiments.report", str(run_folder(d / "runs" / "a", config='{"model_type": "gpt2"}')),
          "--out", str(d / "r")], [str(d / "runs" / "a" / "config.json")]),
     "report_metrics_row_without_loss": lambda d: Case(
-        ["-m", "scripts.report", str(run_folder(d / "runs" / "a", metrics=[{"type": "val", "step": 0, "tokens": 0}])),
+        ["-m", "experiments.report", str(run_folder(d / "runs" / "a", metrics=[{"type": "val", "step": 0, "tokens": 0}])),
          "--out", str(d / "r")], [str(d / "runs" / "a" / "metrics.jsonl"), "line 1", "val_loss"]),
-    "report_missing_folder": lambda d: Case(["-m", "scripts.report", str(d / "nothing")], [str(d / "nothing")]),
+    "report_missing_folder": lambda d: Case(["-m", "experiments.report", str(d / "nothing")], [str(d / "nothing")]),
     "report_out_is_a_file": lambda d: Case(
-        ["-m", "scripts.report", str(run_folder(d / "runs" / "a")), "--out", str(write(d / "r", "mine"))],
+        ["-m", "experiments.report", str(run_folder(d / "runs" / "a")), "--out", str(write(d / "r", "mine"))],
         [str(d / "r"), "--out"], untouched=[d / "r"]),
 
     "script_ngpu_not_a_number": lambda d: Case(
@@ -244,3 +244,34 @@ def test_bad_input_is_named_without_traceback(name, results):
     for text in case.expect:
         assert text in proc.stderr, f"{text!r} not in the error\n{report}"
     assert after == before, "files that were already there changed"
+
+
+MODULE_ENTRY_POINTS = ["eval.export_hf", "eval.harness", "eval.hellaswag", "data.prepare", "data.quickstart", "bench.gpu",
+                       "bench.memory", "bench.nanogpt", "bench.official_mars", "bench.optimizer_step",
+                       "bench.tokenization", "bench.diagnostics", "bench.train_step"]
+USAGE_SCRIPT = """
+import contextlib, io, runpy, sys
+for name in sys.argv[1:]:
+    sys.argv, out = [name, "--help"], io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+    print(name, "|", out.getvalue().splitlines()[0])
+"""
+
+
+def test_module_entry_points_say_how_they_are_run():
+    """A module of eval/, data/ or bench/ run as a file (python eval/export_hf.py) names its python -m command
+    instead of failing on its first import; argparse's usage line names that command, not the file (sample.py,
+    in the repository root, runs as a file)."""
+    for name in MODULE_ENTRY_POINTS:
+        proc = subprocess.run([PYTHON, name.replace(".", "/") + ".py", "--help"], capture_output=True, text=True,
+                              cwd=REPO, timeout=60)
+        assert proc.returncode == 1 and f"python -m {name} ..." in proc.stderr, (name, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+    with_parser = [name for name in MODULE_ENTRY_POINTS if "argparse" in (REPO / (name.replace(".", "/") + ".py")
+                                                                           ).read_text()]
+    proc = subprocess.run([PYTHON, "-c", USAGE_SCRIPT, *with_parser, "sample"], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    usage = {name: line.split(" [-h]")[0] for name, line in (row.split(" | ") for row in proc.stdout.splitlines())}
+    assert usage == {name: f"usage: python -m {name}" for name in with_parser} | {
+        "sample": "usage: python sample.py"}, proc.stderr

@@ -18,6 +18,7 @@ import pytest
 import torch
 from lm_eval.api.instance import Instance
 
+import huggingface
 import sample
 from checkpoint import load_model
 from conftest import run_train, scenario_result, tiny_run_args
@@ -401,7 +402,7 @@ def test_export_loads_in_transformers_with_equal_logits(overrides, tmp_path, cap
 
 
 def test_export_refuses_what_gpt2_cannot_express(monkeypatch):
-    monkeypatch.setattr(export_hf, "EXPRESSIBLE_FIELDS", export_hf.EXPRESSIBLE_FIELDS - {"bias"})
+    monkeypatch.setattr(huggingface, "EXPRESSIBLE_FIELDS", huggingface.EXPRESSIBLE_FIELDS - {"bias"})
     with pytest.raises(ValueError, match="bias"):
         export_hf.hf_config(GPTConfig(**TINY))
 

@@ -5,6 +5,7 @@ its loss falling, and the bad input the issue names refused by name: a GPT-2 che
 preset (and the reverse) before any step, an odd head size at load. The Hugging Face export's logits:
 tests/test_eval.py."""
 
+import json
 import math
 
 import pytest
@@ -123,10 +124,20 @@ def test_odd_head_size_is_a_named_config_error():
         load_config(["config/mini.py", "--model=llama-124m", "--n_head=4", "--n_embd=12"])
 
 
+def test_a_llama_config_records_the_model_it_builds():
+    """A Llama has no biases whatever bias says (the schema's default, True, is GPT-2's): its resolved config, the
+    one config.json records, says bias=False, while a GPT-2 config keeps its own setting."""
+    assert load_config(["config/llama_124m_mars.py"]).to_dict()["bias"] is False
+    assert load_config(["config/llama_124m_mars.py", "--bias=True"]).to_dict()["bias"] is False
+    assert load_config(["config/mini.py", "--bias=True"]).to_dict()["bias"] is True
+
+
 def test_a_tiny_llama_learns_and_a_gpt2_checkpoint_is_refused_under_it(tiny_dataset, tmp_path):
     out = str(tmp_path / "run")
     args = tiny_run_args(tiny_dataset, out, max_iters=12, eval_interval=6)
     run_train(args + TINY_LLAMA, check=True)
+    with open(f"{out}/config.json") as f:  # the model as built: no biases
+        assert json.load(f)["config"]["bias"] is False
     losses = [row["val_loss"] for row in read_metrics(out, "val")]
     assert losses[-1] < losses[0] - 0.1, losses
     # a GPT-2 resume of this Llama run, and a Llama resume of a GPT-2 run: refused by name, before any step

@@ -47,7 +47,7 @@ def test_a_command_ends_as_under_python3(code):
     assert (preloaded.returncode, preloaded.stdout, preloaded.stderr) == (real.returncode, real.stdout, real.stderr)
 
 
-@pytest.mark.parametrize("args", [["sample.py", "--help"], ["-m", "scripts.report", "--help"], ["train.py", "--bad"],
+@pytest.mark.parametrize("args", [["sample.py", "--help"], ["-m", "experiments.report", "--help"], ["train.py", "--bad"],
                                   ["-m", "eval.harness", "--help"], ["-m", "data.prepare", "--help"]])
 def test_scripts_and_modules_run_as_main(args):
     preloaded, real = run(PYTHON, *args), run(sys.executable, *args)

@@ -1,4 +1,4 @@
-"""scripts/report.py on synthetic runs: the paper's table (rows optimizers, columns model size x token
+"""experiments/report.py on synthetic runs: the paper's table (rows optimizers, columns model size x token
 budget, seeds averaged, incomplete runs marked), a sweep's rows per learning rate, wall-clock time
 from the logged ms/step with a resumed run's repeated steps, the downstream table, the plots, and the
 token-equivalent speedup over AdamW (its curve's fit and inversion, the "> x" bound, the interval's
@@ -13,7 +13,7 @@ import pytest
 
 from optim import load_config, mini_recipes
 
-from scripts import budget_ladder, rankings, report
+from experiments import budget_ladder, rankings, report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -256,7 +256,7 @@ def test_report_prices_each_optimizer_in_adamws_tokens(tmp_path):
     curve = report.AdamWCurve.of(report.adamw_ladder([r for r in runs if r.optimizer == "AdamW"]))
     expected = report.token_speedup(curve, mars, 32 * 491_520)
     assert expected.value == pytest.approx(3.0, rel=1e-3)
-    # beside it, the GPU time it projects on the default rows (bench/results/whole_steps.json's GPT-2 small), the
+    # beside it, the GPU time it projects on the default rows (results/gpu/whole_steps.json's GPT-2 small), the
     # column named as a projection from those rows (the numbers: the next test's synthetic rows)
     gpu = report.gpu_rows(report.read_whole_steps())
     adamw_ms, mars_ms = (gpu.rows[name]["whole_step_ms"] for name in ("AdamW", "MARS-approx"))
@@ -277,7 +277,7 @@ def test_report_prices_each_optimizer_in_adamws_tokens(tmp_path):
 
 
 def whole_step(card: str, date: str, optimizer: str, ms: float, micro_batch: int = 16) -> dict:
-    """A row of bench/results/whole_steps.json."""
+    """A row of results/gpu/whole_steps.json."""
     return dict(card=card, date=date, model="GPT-2 small", optimizer=optimizer, micro_batch=micro_batch,
                 sequence_length=1024, setup="one process", whole_step_ms=ms, fwd_bwd_ms=ms / 2,
                 optimizer_step_ms=ms / 4, source=f"{card.lower()}_{date}.md")
@@ -319,8 +319,15 @@ def test_the_projected_gpu_time_speedup_is_the_data_speedup_times_adamws_step_ov
             write_run(tmp_path / f"{name}{seed}", [11.0, loss], total_iters=32, optimizer=name, seed=seed)
     runs = report.find_runs([str(tmp_path)])
     data = report.token_speedup(report.AdamWCurve.of(report.adamw_ladder(runs)), losses, 32 * 491_520)
-    text = "\n".join(report.speedup_section(runs, gpu))
+    speedups = []
+    text = "\n".join(report.speedup_section(runs, gpu, speedups))
     table = text[text.index("| optimizer | tokens |"):].splitlines()
+    # and as speedups.csv's rows (experiments.tables' input): AdamW at 1x the reference, the others' full values
+    by_name = {row["optimizer"]: row for row in speedups}
+    assert sorted(by_name) == ["AdamW", "Kron", "Muon"]
+    assert (by_name["AdamW"]["speedup"], by_name["AdamW"]["low"]) == (1, "")
+    assert float(by_name["Muon"]["speedup"]) == pytest.approx(data.value, rel=1e-5)
+    assert float(by_name["Muon"]["low"]) == pytest.approx(data.low, rel=1e-5)
     assert table[0].endswith("| speedup (95% interval) | projected GPU-time speedup (X1, GPT-2 small, 2026-01-02 "
                              "rows) | seeds |")
     projected = gpu.projection("Muon", data)
@@ -343,10 +350,10 @@ def test_curves_against_passes_count_mars_exact_twice_and_band_the_seeds(tmp_pat
 
 
 def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
-    """scripts/batch_ladder.py's report on synthetic runs: the tuned rate is the tuning seed's best, the
+    """experiments/batch_ladder.py's report on synthetic runs: the tuned rate is the tuning seed's best, the
     table shows its seeds' mean and whether the rate is bracketed, Welch's test of MARS against AdamW at
     that size, MARS-exact at equal passes, the tuning, and the diagnostics' means."""
-    from scripts import batch_ladder
+    from experiments import batch_ladder
 
     def ladder_run(recipe, lr, seed, losses, last_step=None, **config):
         folder = tmp_path / recipe / f"learning_rate={lr}" / f"seed{seed}"
@@ -390,7 +397,7 @@ def test_batch_ladder_report_reads_the_tuned_point_of_each_size(tmp_path):
 def test_batch_ladder_widens_a_grid_past_the_edge_its_best_rate_sits_on():
     """Tuning goes on past an edge: a best rate at the top adds double the top, at the bottom half the
     bottom; an interior best leaves the grid as it was (which ends the tuning)."""
-    from scripts import batch_ladder
+    from experiments import batch_ladder
 
     grid = [1e-3, 2e-3, 4e-3]
     assert batch_ladder.widened(grid, 4e-3) == [1e-3, 2e-3, 4e-3, 8e-3]
@@ -400,7 +407,7 @@ def test_batch_ladder_widens_a_grid_past_the_edge_its_best_rate_sits_on():
 
 
 def test_the_budget_ladder_stretches_adamws_schedule_to_each_budget():
-    """Each rung of scripts/budget_ladder.py is AdamW's mini recipe run to factor x the mini budget, its
+    """Each rung of experiments/budget_ladder.py is AdamW's mini recipe run to factor x the mini budget, its
     warmup and evaluations at the same fractions of the run; a factor that does not divide the schedule
     is refused."""
     recipe = [budget_ladder.BASE, *mini_recipes()[budget_ladder.RECIPE].args.split()]
@@ -441,3 +448,17 @@ def test_a_ranking_in_tiers_counts_a_tiers_members_as_tied():
     assert set(common) == set(ours) and tau == tau_swapped and 0.9 < tau < 1.0  # (tau-b: ties keep it below 1)
     assert "| AdEMAMix > Moonlight, SOAP > AdamW > Lion |" in "\n".join(rankings.agreement_lines(ours))
     assert rankings.agreement({"ADOPT": 1.0, "Moonlight": 2.0, "SOAP": 3.0}, theirs) is None  # one tier: no ranking
+
+
+@pytest.mark.quick
+def test_a_runs_model_label_names_its_architecture(tmp_path):
+    """A preset's run is labelled by its architecture and size ("GPT-2 small", "Llama 124m", never "GPT-2
+    llama-124m"); a run at a shape of its own by its parameter count and architecture ("0.469M Llama")."""
+    cases = {"gpt2": ({}, "GPT-2 small"), "llama": (dict(model="llama-124m"), "Llama 124m"),
+             "tiny_gpt2": (dict(n_layer=4, n_head=4, n_embd=96), "0.493M GPT-2"),
+             "tiny_llama": (dict(model="llama-124m", n_layer=4, n_head=4, n_embd=96), "0.469M Llama")}
+    for name, (config, _) in cases.items():
+        write_run(tmp_path / name, [11.0, 3.0], total_iters=10, num_params=469_000 if "llama" in name else 493_000,
+                  **config)
+    labels = {run.path.rsplit("/", 1)[-1]: run.model for run in report.find_runs([str(tmp_path)])}
+    assert labels == {name: label for name, (_, label) in cases.items()}

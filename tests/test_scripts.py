@@ -207,7 +207,7 @@ def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
     check_ok(proc)
     with open(os.path.join(run_dir, "ckpt_lm_eval.json")) as f:
         accuracy = json.load(f)["results"]["hellaswag"]["acc_norm,none"]
-    report = subprocess.run([PYTHON, "-m", "scripts.report", run_dir, "--out", str(tmp_path / "r")],
+    report = subprocess.run([PYTHON, "-m", "experiments.report", run_dir, "--out", str(tmp_path / "r")],
                             capture_output=True, text=True, cwd=REPO)
     check_ok(report)
     assert "## Downstream tasks" in report.stdout

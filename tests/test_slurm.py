@@ -24,7 +24,7 @@ import torch
 import slurm_cluster
 from checkpoint import load_model
 from conftest import PYTHON, REPO, run_train, tiny_run_args
-from scripts import sweep
+from experiments import sweep
 
 # ~3 s of steps: a signal sent at the first training row (step 10) comes while the run trains
 LONG = dict(max_iters=300, eval_interval=150, log_interval=10)
@@ -265,8 +265,8 @@ GRID = ["--grid", "learning_rate=1e-3,3e-3", "--seeds", "1,2"]
 
 
 def sweep_on(cluster, folder: str, base: list[str], *options: str, grid: list[str] = GRID) -> str:
-    """python -m scripts.sweep FOLDER BASE GRID OPTIONS; its output."""
-    proc = subprocess.run([PYTHON, "-m", "scripts.sweep", folder, *base, *grid, *options], env=cluster.env, cwd=REPO,
+    """python -m experiments.sweep FOLDER BASE GRID OPTIONS; its output."""
+    proc = subprocess.run([PYTHON, "-m", "experiments.sweep", folder, *base, *grid, *options], env=cluster.env, cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout

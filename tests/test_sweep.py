@@ -1,4 +1,4 @@
-"""scripts/sweep.py end to end on CPU: a grid of 2 points x 2 seeds (plus a diverging point), its table,
+"""experiments/sweep.py end to end on CPU: a grid of 2 points x 2 seeds (plus a diverging point), its table,
 CSV and plot; a rerun that trains nothing; the coordinate search moving its centre. Bad arguments stop
 it before anything runs; Ctrl-C stops its runs with a checkpoint and says how to go on. A SLURM task of
 a sweep imports no torch."""
@@ -17,7 +17,7 @@ import pytest
 
 from checkpoint import has_checkpoint
 from conftest import PYTHON, REPO, tiny_run_args
-from scripts import sweep
+from experiments import sweep
 
 
 def tiny(tiny_dataset, tmp_path, **overrides) -> list[str]:
@@ -27,8 +27,8 @@ def tiny(tiny_dataset, tmp_path, **overrides) -> list[str]:
 
 
 def sweep_command(*args: str, python: str = PYTHON) -> list[str]:
-    """python -m scripts.sweep ARGS, as a user runs it (from the repository root)."""
-    return [python, "-m", "scripts.sweep", *args]
+    """python -m experiments.sweep ARGS, as a user runs it (from the repository root)."""
+    return [python, "-m", "experiments.sweep", *args]
 
 
 def test_grid_with_seeds_table_plot_rerun_and_divergence(tiny_dataset, tmp_path, monkeypatch):
@@ -146,11 +146,11 @@ def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(sig, tiny_dataset, tmp_path
 
 
 def test_a_sweeps_slurm_task_imports_neither_torch_nor_the_report():
-    """A SLURM task of a sweep (python3 -m scripts.sweep --slurm-task) only waits on its train.py: its
+    """A SLURM task of a sweep (python3 -m experiments.sweep --slurm-task) only waits on its train.py: its
     imports leave out torch (seconds, a minute on a busy shared file system, while the requeue signal it
     ignores once running would end it; and 400 MB held beside the run). The real python3: the preloaded
     one has torch already."""
-    heavy = "{'torch', 'numpy', 'matplotlib', 'scripts.report'}"
-    code = f"import sys, scripts.sweep; print(sorted({heavy} & set(sys.modules)))"
+    heavy = "{'torch', 'numpy', 'matplotlib', 'experiments.report'}"
+    code = f"import sys, experiments.sweep; print(sorted({heavy} & set(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr[-2000:])

@@ -1,7 +1,7 @@
-"""scripts/tune.py: the coordinate descent on a synthetic loss (a bowl whose minimum it must walk to, moves
+"""experiments/tune.py: the coordinate descent on a synthetic loss (a bowl whose minimum it must walk to, moves
 smaller than the seed noise refused, the search capped at AdamW's run count, seeds 2-4 and the sensitivity
 at the tuned point, tuning.md and tuned.json), and bad input refused by name before any run. The real
-training path under it is scripts.sweep's (tests/test_sweep.py); scripts/tune_mini.sh's DRY_RUN runs it."""
+training path under it is experiments.sweep's (tests/test_sweep.py); scripts/tune_mini.sh's DRY_RUN runs it."""
 
 import json
 import math
@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import PYTHON, REPO
-from scripts import sweep, tune
+from experiments import sweep, tune
 
 START = {"learning_rate": "0.002", "weight_decay": "0.1", "warmup_iters": "25", "beta2": "0.95"}
 KEYS = list(START)
@@ -84,7 +84,7 @@ def test_a_search_stops_at_adamws_run_count_and_says_so(tmp_path):
 ])
 def test_bad_input_is_refused_by_name_before_any_run(arguments, message, tmp_path):
     folder = tmp_path / "tune"
-    proc = subprocess.run([PYTHON, "-m", "scripts.tune", str(folder), "config/mini.py", *arguments], cwd=REPO,
+    proc = subprocess.run([PYTHON, "-m", "experiments.tune", str(folder), "config/mini.py", *arguments], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not os.path.exists(folder)  # nothing run, nothing written
@@ -120,7 +120,7 @@ def test_a_rerun_starts_from_the_recorded_start_not_from_a_config_since_tuned(tm
     """start.json fixes each recipe's starting point when its tuning begins: once config/mini_adamw.py holds the
     tuned values, the committed search still resumes along its own path."""
     folder = tmp_path / "tune"
-    command = [PYTHON, "-m", "scripts.tune", str(folder), "config/mini.py", "--recipes", "adamw", "--keys",
+    command = [PYTHON, "-m", "experiments.tune", str(folder), "config/mini.py", "--recipes", "adamw", "--keys",
                "learning_rate,warmup_iters", "--report-only"]
     subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
     recorded = json.loads((folder / "start.json").read_text())["adamw"]
@@ -185,7 +185,7 @@ def test_runs_without_their_recorded_start_are_refused_by_name(tmp_path):
     values, a different path: refused, with nothing run or written."""
     folder = tmp_path / "tune"
     os.makedirs(folder / "adamw" / "learning_rate=0.002,warmup_iters=25" / "seed1")
-    proc = subprocess.run([PYTHON, "-m", "scripts.tune", str(folder), "config/mini.py", "--recipes", "adamw",
+    proc = subprocess.run([PYTHON, "-m", "experiments.tune", str(folder), "config/mini.py", "--recipes", "adamw",
                            "--keys", "learning_rate,warmup_iters"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "has no start for adamw: restore the start.json" in proc.stderr, proc.stderr

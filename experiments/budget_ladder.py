@@ -1,9 +1,9 @@
 """
 The AdamW budget ladder of the mini reproduction: AdamW's best validation loss as a function of its token
-budget, which scripts/report.py inverts to price every other optimizer's loss in AdamW's tokens (the
+budget, which experiments/report.py inverts to price every other optimizer's loss in AdamW's tokens (the
 token-equivalent speedup).
 
-    python -m scripts.budget_ladder out/mini_paper --jobs 2   # 15 runs (7.75 mini runs of work per seed)
+    python -m experiments.budget_ladder out/mini_paper --jobs 2   # 15 runs (7.75 mini runs of work per seed)
 
 AdamW's mini recipe (config/mini.py, config/mini_adamw.py) at FACTORS x the mini budget (64 to 1,024 steps
 of 4,096 tokens: 0.26M to 4.19M tokens), seeds 1, 2, 3, each run to its end with its own schedule stretched
@@ -18,12 +18,16 @@ seed<N>/): report.py over the folder then holds the ladder and every optimizer. 
 not done; --report-only writes just the report, into <folder>/report/.
 """
 
+if not __package__:  # run as a file: the repository's modules (errors, optim, ...) are not importable
+    raise SystemExit("experiments/budget_ladder.py is a module of the experiments package: "
+                     "run python -m experiments.budget_ladder from the repository root")
+
 import argparse
 import os
 
 from optim import load_config, mini_recipes
 from errors import at_least
-from scripts import report, sweep
+from experiments import report, sweep
 
 BASE = "config/mini.py"
 RECIPE = "adamw"  # the registry's mini recipe whose budget is stretched
@@ -48,7 +52,8 @@ def stretched(factor: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.budget_ladder", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", nargs="?", default="out/mini_paper")
     parser.add_argument("--jobs", type=at_least(1), default=2, help="runs at a time, one CPU thread each")
     parser.add_argument("--seeds", default=SEEDS, help="comma-separated seeds per budget")

@@ -1,45 +1,61 @@
 """
 The optimizer rankings the 2025 benchmarks report, as data, and how a set of our results ranks beside them:
 Kendall's tau over the optimizers both hold. Is a cheap testbed (the CPU mini reproduction) predictive of
-theirs? scripts/report.py prints this for its runs; from the command line, for losses read off a table:
+theirs? experiments/report.py prints this for its runs; from the command line, for losses read off a table:
 
-    python -m scripts.rankings AdamW=2.387 NAdamW=2.309 Lion=2.645 MARS-approx=2.416 Muon=2.032 SOAP=2.098
+    python -m experiments.rankings AdamW=2.387 NAdamW=2.309 Lion=2.645 MARS-approx=2.416 Muon=2.032 SOAP=2.098
 
-Wen et al. 2025 ("Fantastic Pretraining Optimizers and Where to Find Them"): the final loss of each optimizer's
-tuned configuration on their 130M Llama at 1x Chinchilla (marin-community/marin at 122c501,
-experiments/optimizer_sweep/Analysis/PhaseI/tex/hyperparam_tables_<optimizer>.tex, each 130M table's first
-row). Their MARS is MARS-AdamW with the approximate gradient correction, their Soap SOAP.
+The rankings are data, one JSON file per benchmark in results/rankings/ (wen2025.json, semenov2025.json),
+each with its citation, URL, the table, figure or text its numbers come from, and whether its values are
+losses or tiers:
+
+Wen et al. 2025 ("Fantastic Pretraining Optimizers and Where to Find Them", arXiv 2509.02046): the final loss
+of each optimizer's tuned configuration on their 130M Llama at 1x Chinchilla (marin-community/marin at
+122c501, experiments/optimizer_sweep/Analysis/PhaseI/tex/hyperparam_tables_<optimizer>.tex, each 130M table's
+first row). Their MARS is MARS-AdamW with the approximate gradient correction, their Soap SOAP.
 
 Semenov et al. 2025 ("Benchmarking Optimizers for Large Language Model Pretraining", arXiv 2509.01440v1) give
-their 124M losses in figures only, but their text ranks the optimizers in tiers, which are taken here as
-ranks (1 best; an optimizer's tier, not a loss; tau-b counts a tier's members as tied): at 124M, 256 x 512
-tokens a step, as the runs lengthen to 16.8B tokens "AdEMAMix emerges as the best-performing method" (Figure
-3), "ADOPT, D-Muon, SOAP, and AdEMAMix take the lead" (section 4.1) over AdamW, and Sophia, SF-AdamW, Signum,
-Lion, MARS and Prodigy "underperform" AdamW (Figure 14, at 210M, which Figure 13 calls an "almost identical
-ranking" to 124M's; Appendix D.1: MARS does "not outperform the AdamW baseline" at this batch). Their D-Muon
-is our Moonlight (decoupled weight decay, AdamW-matched update size: docs/optimizers.md); their MARS the
-official MARS-AdamW, approximate by default.
+their 124M losses in figures only, but their text ranks the optimizers in tiers, which are taken as ranks (1
+best; an optimizer's tier, not a loss; tau-b counts a tier's members as tied). Their D-Muon is our Moonlight;
+their MARS the official MARS-AdamW, approximate by default.
 """
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: the repository's modules (errors, optim, ...) are not importable
+    raise SystemExit("experiments/rankings.py is a module of the experiments package: "
+                     "run python -m experiments.rankings from the repository root")
+
+import glob
+import json
+import os
 import sys
 
 from scipy import stats
 
 from errors import InputError, exit_on_input_error
 
-# by our display names (optim's Hyperparameters.display_name)
-PUBLISHED: dict[str, dict[str, float]] = {
-    "Wen et al. 130M, 1x Chinchilla": {
-        "AdamW": 3.529, "Cautious AdamW": 3.535, "Kron": 3.492, "Lion": 3.552, "MARS-approx": 3.537,
-        "Adam-mini": 3.542, "Muon": 3.464, "NAdamW": 3.531, "Scion": 3.477, "SOAP": 3.483, "Sophia": 3.544,
-    },
-    "Semenov et al. 124M, to 16.8B tokens (tiers from their text)": {
-        "AdEMAMix": 1, "ADOPT": 2, "Moonlight": 2, "SOAP": 2, "AdamW": 3, "Lion": 4, "MARS-approx": 4, "Prodigy": 4,
-        "Schedule-Free AdamW": 4, "Signum": 4, "Sophia": 4,
-    },
-}
+RANKINGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "rankings")
+FIELDS = ("name", "order", "citation", "url", "source", "value", "ranking")
+
+
+def read_published(folder: str = RANKINGS) -> dict[str, dict]:
+    """Every published ranking in folder (one JSON file each), by its name, in its order: the whole record
+    (citation, url, source, ...); its "ranking" maps our display names to a loss or a tier (lower is better)."""
+    records = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            record = json.load(f)
+        missing = [k for k in FIELDS if k not in record]
+        if missing:
+            raise InputError(f"{path}: no {', '.join(missing)}; every published ranking names them")
+        records.append(record)
+    return {r["name"]: r for r in sorted(records, key=lambda r: (r["order"], r["name"]))}
+
+
+# by our display names (optim's Hyperparameters.display_name): benchmark -> optimizer -> loss or tier
+SOURCES: dict[str, dict] = read_published()
+PUBLISHED: dict[str, dict[str, float]] = {name: record["ranking"] for name, record in SOURCES.items()}
 MIN_COMMON = 3  # optimizers both rankings must hold for a tau to mean anything
 
 

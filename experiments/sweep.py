@@ -2,11 +2,11 @@
 Hyperparameter sweeps with several seeds per point: a grid, or a coordinate search around a centre.
 
     # learning rate x warmup grid for MARS-approx, 3 seeds, 2 runs at a time on CPU
-    python -m scripts.sweep out/sweeps/mars config/mini.py config/mini_mars.py \\
+    python -m experiments.sweep out/sweeps/mars config/mini.py config/mini_mars.py \\
         --grid learning_rate=3e-3,6e-3,1.2e-2 --grid warmup_iters=10,20 --seeds 1,2,3 --jobs 2
     # coordinate search (Wen et al. 2025): vary one key at a time around the centre, move the centre to
     # the best value, repeat; every optimizer of the mini reproduction, one run per GPU
-    python -m scripts.sweep out/sweeps/mini config/mini.py --recipes mini \\
+    python -m experiments.sweep out/sweeps/mini config/mini.py --recipes mini \\
         --coordinate learning_rate=3e-3,6e-3,1.2e-2 --coordinate weight_decay=0,0.01,0.1 --rounds 2 --gpus 0,1,2,3
 
 Positional arguments: the sweep's folder, then the config files and --key=value overrides every run
@@ -35,6 +35,10 @@ checkpoint first; a second Ctrl-C kills them) and starts no more: rerunning the 
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: the repository's modules (errors, optim, ...) are not importable
+    raise SystemExit("experiments/sweep.py is a module of the experiments package: "
+                     "run python -m experiments.sweep from the repository root")
+
 import argparse
 import csv
 import itertools
@@ -58,7 +62,7 @@ from typing import TYPE_CHECKING
 from errors import InputError, at_least, exit_on_input_error
 
 if TYPE_CHECKING:
-    from scripts.report import Run
+    from experiments.report import Run
 
 DIVERGED = "diverged.txt"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -273,7 +277,7 @@ def finished_run(out_dir: str) -> Run | None:
     """The run in out_dir if it trained to its end, else None."""
     if not os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
         return None  # (not begun: a task's first life reads no run, and imports no report)
-    from scripts.report import load_run
+    from experiments.report import load_run
 
     run = load_run(out_dir)
     return run if run is not None and run.complete else None
@@ -413,7 +417,8 @@ def plot(root: str, results: dict[Point, Score], keys: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> str:
     # allow_abbrev=False: the train.py override --seed=7 is not --seeds 7
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("folder")
     parser.add_argument("base", nargs="*", help="config files and --key=value overrides for every run")

@@ -1,11 +1,11 @@
 """
 The batch-size ladder: the CPU testbed's optimizer ranking as a function of tokens per step.
 
-    python -m scripts.batch_ladder out/ladder --jobs 2   # 86 runs, about 2 h 40 min on 2 cores
+    python -m experiments.batch_ladder out/ladder --jobs 2   # 86 runs, about 2 h 40 min on 2 cores
 
 Every optimizer of LADDER runs the same token budget (config/ladder.py: 4.19M tokens) at each size of
 SIZES (4K, 16K and 64K tokens per step: 1,024, 256 and 64 steps), warmup and evaluation at the same
-tokens. Its learning rate is tuned per size with scripts/sweep.py (one seed, a factor-2 grid that
+tokens. Its learning rate is tuned per size with experiments/sweep.py (one seed, a factor-2 grid that
 grows by one value past an edge until the best rate is interior, up to MAX_EXTENSIONS times), then the
 best rate runs three fresh seeds (2, 3, 4). MARS-exact takes two forward-backward passes per step: the
 report also reads it at the passes the others spend (report.py --x passes). Runs in
@@ -15,6 +15,10 @@ best validation loss per size, the tuning, Welch's tests of MARS against AdamW, 
 ladder.png (best validation loss and the diagnostics against tokens per step).
 """
 
+if not __package__:  # run as a file: the repository's modules (errors, optim, ...) are not importable
+    raise SystemExit("experiments/batch_ladder.py is a module of the experiments package: "
+                     "run python -m experiments.batch_ladder from the repository root")
+
 import argparse
 import os
 import shutil
@@ -22,8 +26,8 @@ import statistics
 from typing import NamedTuple
 
 from errors import at_least
-from scripts import sweep
-from scripts.report import (
+from experiments import sweep
+from experiments.report import (
     MIN_BUDGETS, AdamWCurve, Run, adamw_ladder, format_tokens, markdown_table, token_speedup, welch,
 )
 
@@ -166,7 +170,7 @@ def diagnostic_mean(runs: list[Run], key: str) -> float | None:
 
 
 def speedup_note(curves: dict[str, AdamWCurve | None], tuned: dict[str, Tuned]) -> str:
-    """What the speedup column reads (scripts/report.py's token-equivalent speedup), and where AdamW's
+    """What the speedup column reads (experiments/report.py's token-equivalent speedup), and where AdamW's
     runs do not allow it."""
     missing = []
     for size, curve in curves.items():
@@ -175,7 +179,7 @@ def speedup_note(curves: dict[str, AdamWCurve | None], tuned: dict[str, Tuned]) 
             missing.append(f"{size} ({len(budgets)} budget{'s' * (len(budgets) != 1)}"
                            f"{': ' + ', '.join(format_tokens(b) for b in budgets) if budgets else ''})")
     note = ("'speedup over AdamW': AdamW's tokens to reach the optimizer's mean loss at that size, over the "
-            "optimizer's tokens (scripts/report.py: AdamW run to the end of its own schedule at each budget, its "
+            "optimizer's tokens (experiments/report.py: AdamW run to the end of its own schedule at each budget, its "
             "curve inverted; 95% interval from the seeds).")
     if missing:
         note += (f" '-': AdamW's runs do not allow it at {', '.join(missing)}: the curve needs AdamW at "
@@ -283,7 +287,8 @@ def report(folder: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.batch_ladder", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder")
     parser.add_argument("--tokens", type=at_least(1), default=4 * 1024 * 1024, help="the token budget of a run")
     parser.add_argument("--jobs", type=at_least(1), default=2, help="runs at a time, one CPU thread each")

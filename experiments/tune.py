@@ -3,9 +3,9 @@ Phase-1 tuning of the mini reproduction's recipes as Wen et al. (2025, "Fantasti
 Where to Find Them") tune: coordinate descent on one seed over the learning rate, the weight decay, the
 warmup, the second-moment (or momentum, or EMA) rate and each optimizer's own keys, AdamW first.
 
-    python -m scripts.tune out/mini_tune --jobs 2                         # AdamW, then every mini recipe
-    python -m scripts.tune out/mini_tune --recipes mars_approx,muon --jobs 2   # AdamW, then these two
-    python -m scripts.tune out/mini_tune --report-only                     # tuning.md from what has run
+    python -m experiments.tune out/mini_tune --jobs 2                         # AdamW, then every mini recipe
+    python -m experiments.tune out/mini_tune --recipes mars_approx,muon --jobs 2   # AdamW, then these two
+    python -m experiments.tune out/mini_tune --report-only                     # tuning.md from what has run
 
 Per recipe (the registry's mini recipes, optim/__init__.py: the keys it tunes are `learning_rate`,
 `weight_decay` and its MiniRecipe.tune):
@@ -22,7 +22,7 @@ Per recipe (the registry's mini recipes, optim/__init__.py: the keys it tunes ar
    benchmarks report it: seed 1 at 0.5x and 2x its learning rate (two steps down and up its ladder).
 
 AdamW is always tuned first, and no other recipe's search (steps 1-2) runs more runs than AdamW's did: a
-search that reaches that number stops there, and tuning.md says so. Every run is a point of scripts.sweep
+search that reaches that number stops there, and tuning.md says so. Every run is a point of experiments.sweep
 (<folder>/<recipe>/<key=value,...>/seed<N>/, every tuned key in its name), so a rerun of the same command
 reads the finished runs, resumes unfinished ones from their checkpoints and takes the same path again; a
 diverged run is recorded, never retried, and never chosen. Every point the search can reach first (each
@@ -36,13 +36,17 @@ seed, best validation loss), tuned.json (the tuned values per recipe, for config
 the tuned points' runs as links in scripts/mini_paper.sh's layout (tuned/<recipe>/base/seed<N>), so that,
 once config/mini_<x>.py holds the tuned values, the tuned table is
 
-    python -m scripts.budget_ladder out/mini_tune/tuned --jobs 2    # AdamW's ladder; its 1x rung is linked
+    python -m experiments.budget_ladder out/mini_tune/tuned --jobs 2    # AdamW's ladder; its 1x rung is linked
 
 start.json records each recipe's starting point when its tuning begins, and a rerun starts from it: the
 recipes' configs can take the tuned values without changing the path a resumed search takes.
 """
 
 from __future__ import annotations
+
+if not __package__:  # run as a file: the repository's modules (errors, optim, ...) are not importable
+    raise SystemExit("experiments/tune.py is a module of the experiments package: "
+                     "run python -m experiments.tune from the repository root")
 
 import argparse
 import csv
@@ -56,10 +60,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from errors import InputError, at_least, exit_on_input_error
-from scripts import sweep
+from experiments import sweep
 
 if TYPE_CHECKING:
-    from scripts.report import Run
+    from experiments.report import Run
 
 BASE = "config/mini.py"
 ANCHOR = "adamw"  # tuned first; its search's run count caps every other recipe's
@@ -130,7 +134,7 @@ class RecipeTuning:
 
 
 class Tuner:
-    """One tuning folder: runs points (scripts.sweep's folders and launcher) and keeps what each recipe did."""
+    """One tuning folder: runs points (experiments.sweep's folders and launcher) and keeps what each recipe did."""
 
     def __init__(self, root: str, base: list[str], recipes: dict[str, list[str]], jobs: int, report_only: bool):
         self.root, self.base, self.recipes, self.jobs = root, base, recipes, jobs
@@ -262,7 +266,7 @@ def core_seconds(folder: str) -> float:
     """A run's time on its core, from its metrics rows' clocks (from its first evaluation: the seconds of its
     start are left out): a gap over RUN_GAP between two rows straddles a stop and its resume, and counts as
     RUN_GAP."""
-    from scripts.report import read_rows
+    from experiments.report import read_rows
 
     times = [row["time"] for row in read_rows(os.path.join(folder, "metrics.jsonl")) if "time" in row]
     return sum(min(max(later - earlier, 0.0), RUN_GAP) for earlier, later in zip(times, times[1:]))
@@ -276,7 +280,7 @@ def finished_runs(root: str, recipe: str) -> list[tuple[str, str, Run]]:
 
 
 def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
-    lines = ["# Mini recipes tuned by coordinate descent (python -m scripts.tune)", "",
+    lines = ["# Mini recipes tuned by coordinate descent (python -m experiments.tune)", "",
              "Best validation loss (nats per byte). Noise: the standard deviation over seeds 1-3 at the recipe's "
              "own point; a move must beat it, or AdamW's noise where that is smaller (in parentheses). Runs: the "
              "noise and the search (seed 1); then seeds 2-4 at the tuned point and the sensitivity runs. "
@@ -319,7 +323,8 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
 
 
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("folder")
     parser.add_argument("base", nargs="*", help=f"config files and --key=value overrides for every run "
@@ -360,7 +365,7 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
         keys = [k for k in args.keys.split(",") if k] or ["learning_rate", "weight_decay", *recipes[name].tune]
         missing = [k for k in keys if k != "learning_rate" and k not in LADDERS]
         if missing:
-            raise InputError(f"--keys: scripts.tune has no ladder of values for {missing[0]!r}; it tunes "
+            raise InputError(f"--keys: experiments.tune has no ladder of values for {missing[0]!r}; it tunes "
                              f"learning_rate, {', '.join(LADDERS)}")
         recipe_args = recipes[name].args.split()
         try:
@@ -370,7 +375,7 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
         if name not in starts and os.path.isdir(os.path.join(args.folder, name)):
             raise InputError(f"{os.path.join(args.folder, name)} holds runs, but {args.folder}/start.json has no "
                              f"start for {name}: restore the start.json the runs were made from (it is in "
-                             f"scripts/tune_results/runs.tar.xz), or tune into a new folder")
+                             f"results/tune/runs.tar.xz), or tune into a new folder")
         start |= {k: v for k, v in starts.get(name, {}).items() if k in start}
         starts[name] = starts.get(name, {}) | start
         sweep.check_points(args.folder, reachable_first(name, keys, start), SEARCH_SEED, base,

@@ -1,8 +1,8 @@
 """
 The paper's tables and figures from training logs.
 
-    python -m scripts.report out/gpt2_small_* out/gpt2_medium_* --out report
-    python -m scripts.report out/mini_paper --out out/mini_paper/report    # every run below a folder
+    python -m experiments.report out/gpt2_small_* out/gpt2_medium_* --out report
+    python -m experiments.report out/mini_paper --out out/mini_paper/report    # every run below a folder
 
 A run is a folder holding train.py's config.json and metrics.jsonl; each argument is a run or a
 folder searched for runs. Written to --out (and the Markdown also to stdout):
@@ -22,10 +22,15 @@ table was made from the official runs. A run given a token budget (TOKENS=5B: it
 the budget) is another protocol, and its column says so ("own schedule over the budget").
 
 Beside each token-equivalent speedup over AdamW, the GPU time it projects from the measured whole training
-steps of bench/results/whole_steps.json (--gpu-rows CARD:MODEL picks the card and model; default GPT-2 small).
+steps of results/gpu/whole_steps.json (--gpu-rows CARD:MODEL picks the card and model; default GPT-2 small).
 """
 
+if not __package__:  # run as a file: the repository's modules (errors, optim, ...) are not importable
+    raise SystemExit("experiments/report.py is a module of the experiments package: "
+                     "run python -m experiments.report from the repository root")
+
 import argparse
+import csv
 import glob
 import json
 import math
@@ -43,9 +48,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from eval.paper import PAPER_COLUMNS, paper_scores  # noqa: E402
 from config import TrainConfig  # noqa: E402
+from model import ARCHITECTURE_NAMES, PRESETS  # noqa: E402
 from optim import display_name, gradients_per_step  # noqa: E402
 from errors import InputError, exit_on_input_error  # noqa: E402
-from scripts.rankings import agreement_lines  # noqa: E402
+from experiments.rankings import agreement_lines  # noqa: E402
 
 # The paper's row order; other optimizers (MARS-Lion, ...) follow in alphabetical order.
 OPTIMIZER_ORDER = ["AdamW", "Muon", "MARS-exact", "MARS-approx"]
@@ -57,7 +63,7 @@ ROW_KEYS = {"train": ("step", "ms_per_step"), "val": ("step", "tokens", "val_los
 class Run:
     path: str
     optimizer: str  # e.g. "MARS-approx"
-    model: str  # e.g. "GPT-2 small", or the parameter count of a custom size
+    model: str  # e.g. "GPT-2 small", "Llama 124m", or a custom shape's parameter count and architecture
     num_params: int
     dataset: str
     budget: int  # tokens the run is set to train on
@@ -144,6 +150,17 @@ def load_run(folder: str) -> Run | None:
         raise InputError(f"{config_file} is not a train.py run's config.json (no {e}); leave that run out") from None
 
 
+def model_label(cfg: dict, num_params: int) -> str:
+    """The model's name in tables: its architecture and preset ("GPT-2 small", "Llama 124m"), or, at a shape of
+    its own (n_layer, n_head or n_embd set), its architecture and parameter count ("0.493M GPT-2")."""
+    preset = cfg["model"]
+    architecture = PRESETS.get(preset, {}).get("architecture", "gpt2")
+    name = ARCHITECTURE_NAMES.get(architecture, architecture)
+    if any(cfg[k] for k in ("n_layer", "n_head", "n_embd")):
+        return f"{num_params / 1e6:.3g}M {name}"
+    return f"{name} {preset.removeprefix(architecture + '-')}"
+
+
 def run_of(folder: str, info: dict, rows: list[dict]) -> Run | None:
     cfg = TrainConfig().to_dict() | info["config"]  # a run from before a key existed has its default
     clock = training_seconds([r for r in rows if r["type"] == "train"])
@@ -153,8 +170,7 @@ def run_of(folder: str, info: dict, rows: list[dict]) -> Run | None:
         val.append((row["step"], row["tokens"], seconds, row["val_loss"]))
     if not val:
         return None
-    custom_size = any(cfg[k] for k in ("n_layer", "n_head", "n_embd"))
-    model = f"{info['num_params'] / 1e6:.3g}M GPT" if custom_size else f"GPT-2 {cfg['model']}"
+    model = model_label(cfg, info["num_params"])
     downstream = None
     for results_file in sorted(glob.glob(os.path.join(folder, "*_lm_eval.json"))):
         downstream = read_json(results_file)
@@ -311,7 +327,7 @@ def significance_table(runs: list[Run]) -> str | None:
     return markdown_table(["setting", "A", "B", "mean A - mean B", "t", "p", "seeds"], lines)
 
 
-def report_markdown(runs: list[Run], plot_files: list[str], gpu: "GpuRows") -> str:
+def report_markdown(runs: list[Run], plot_files: list[str], gpu: "GpuRows", speedups: list[dict] | None = None) -> str:
     parts = ["# Results", "", "## Best validation loss", "", loss_table(runs), "",
              "Bold: the lowest of its column. Where a cell holds several runs (seeds): mean ± standard "
              "deviation of their best losses. *: not finished, best loss so far."]
@@ -321,7 +337,7 @@ def report_markdown(runs: list[Run], plot_files: list[str], gpu: "GpuRows") -> s
                   "validation loss of each seed: a p-value below 0.05 says the difference of the means is "
                   "unlikely to be seed noise.", "", table]
     if speedup_settings(runs):
-        parts += [""] + speedup_section(runs, gpu)
+        parts += [""] + speedup_section(runs, gpu, speedups)
     lines = ranking_section(runs)
     if lines:
         parts += ["", "## Ranking beside the 2025 benchmarks", ""] + lines
@@ -344,7 +360,7 @@ def report_markdown(runs: list[Run], plot_files: list[str], gpu: "GpuRows") -> s
 
 def ranking_section(runs: list[Run]) -> list[str]:
     """Kendall's tau between the ranking, by mean best loss over seeds, of the setting that holds the most
-    optimizers and each published one (scripts/rankings.py); empty where too few are in common."""
+    optimizers and each published one (results/rankings/); empty where too few are in common."""
     columns = [column for column in group_by_setting(runs).values() if all(r.row == r.optimizer for r in column)]
     if not columns:
         return []
@@ -353,7 +369,7 @@ def ranking_section(runs: list[Run]) -> list[str]:
              for name in {r.optimizer for r in column}}
     lines = agreement_lines(means)
     return lines and [f"Over {format_tokens(column[0].budget)} tokens of {column[0].model}, by mean best loss; "
-                      "their ranking as scripts/rankings.py transcribes it."] + [""] + lines
+                      "their ranking as results/rankings/ records it (experiments/rankings.py)."] + [""] + lines
 
 
 # -----------------------------------------------------------------------------
@@ -563,10 +579,10 @@ def token_speedup(curve: AdamWCurve, losses: list[float], budget: int, draws: in
 # steps were measured, the GPU time AdamW needs over the optimizer's is
 #     speedup x (AdamW's whole step / the optimizer's whole step),
 # a projection: the speedup is the testbed's, the step times are the measured GPU rows of a GPT-2-scale model
-# (bench/results/whole_steps.json, transcribed from bench/results/*.md). An optimizer without a row is not
+# (results/gpu/whole_steps.json, transcribed from results/gpu/*.md). An optimizer without a row is not
 # measured, and gets no number.
 
-WHOLE_STEPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "results",
+WHOLE_STEPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "gpu",
                            "whole_steps.json")
 GPU_MODEL = "GPT-2 small"  # the default rows' model: the mini runs' architecture at the paper's smallest size
 ROW_FIELDS = ("card", "date", "model", "optimizer", "micro_batch", "sequence_length", "setup", "whole_step_ms")
@@ -582,7 +598,7 @@ def projected_gpu_speedup(speedup: Speedup, adamw_step_ms: float, step_ms: float
 
 
 def read_whole_steps(path: str = WHOLE_STEPS) -> list[dict]:
-    """The measured GPU rows of bench/results/whole_steps.json (a row without a field the projection reads is
+    """The measured GPU rows of results/gpu/whole_steps.json (a row without a field the projection reads is
     named)."""
     rows = read_json(path).get("rows", [])
     for number, row in enumerate(rows, start=1):
@@ -639,7 +655,7 @@ class GpuRows:
         steps = [f"{o} {self.rows[o]['whole_step_ms']:g}" for o in dict.fromkeys([REFERENCE, *optimizers])
                  if o in self.rows]
         return (f"GPU rows: {self.card}, {self.model}, {self.setting}; whole step ms: {', '.join(steps)} "
-                "(bench/results/whole_steps.json); empty: not measured.")
+                "(results/gpu/whole_steps.json); empty: not measured.")
 
 
 def gpu_rows(rows: list[dict], choice: str | None = None) -> GpuRows:
@@ -689,10 +705,11 @@ def adamw_ladder(runs: list[Run]) -> dict[int, list[float]]:
     return {budget: min(rates.values(), key=statistics.mean) for budget, rates in by_budget.items()}
 
 
-def speedup_section(runs: list[Run], gpu: GpuRows) -> list[str]:
+def speedup_section(runs: list[Run], gpu: GpuRows, speedups: list[dict] | None = None) -> list[str]:
     """The report's speedup section: per setting, AdamW's ladder and its curve, then every optimizer's
     speedup at each budget it ran (AdamW's own at budgets others ran: the curve's error, read as a speedup),
-    and beside it the GPU time it projects on gpu's rows."""
+    and beside it the GPU time it projects on gpu's rows. Each row also goes to speedups, where given (the
+    rows of speedups.csv, which experiments.tables reads: AdamW's at 1x, the reference, without an interval)."""
     parts = ["## Token-equivalent speedup over AdamW", "",
              "AdamW's tokens to reach each optimizer's mean best validation loss, over the optimizer's tokens (the "
              "MARS paper's and the 2025 benchmarks' reading). AdamW's loss against its token budget comes from "
@@ -704,7 +721,7 @@ def speedup_section(runs: list[Run], gpu: GpuRows) -> list[str]:
              "step.", "",
              "Beside it, the GPU time it projects: the speedup and its interval's ends, each times AdamW's whole "
              "training step over the optimizer's (forward-backward, MARS-exact's second one included, and the "
-             "optimizer step), as measured on one GPU (bench/results/whole_steps.json, the newest row per card, "
+             "optimizer step), as measured on one GPU (results/gpu/whole_steps.json, the newest row per card, "
              "model and optimizer): the GPU time AdamW needs to reach the optimizer's loss over the optimizer's, "
              "were the testbed's speedup to hold at that model's step times. The rows are "
              f"{GPU_MODEL}'s on the card that measured AdamW and the most other optimizers on it (the newest on a "
@@ -737,6 +754,15 @@ def speedup_section(runs: list[Run], gpu: GpuRows) -> list[str]:
                 result = token_speedup(curve, losses, budget)
                 reached = "-" if result.value in (0.0, math.inf) else format_tokens(int(result.value * budget))
                 projected = gpu.projection(chosen[0].optimizer, result)
+                if speedups is not None:
+                    reference = chosen[0].optimizer == REFERENCE
+                    speedups.append(dict(
+                        optimizer=row, setting=setting, tokens=budget, seeds=len(losses),
+                        loss_mean=f"{statistics.mean(losses):.6g}",
+                        loss_std=f"{statistics.stdev(losses):.6g}" if len(losses) > 1 else "0",
+                        speedup=1 if reference else f"{result.value:.6g}",
+                        low="" if reference or result.low is None else f"{result.low:.6g}",
+                        high="" if reference or result.high is None else f"{result.high:.6g}"))
                 rows.append([row, format_tokens(budget), f"{statistics.mean(losses):.4f}", reached, result.text(),
                              projected.text() if projected else "", str(len(losses))])
         optimizers = list(dict.fromkeys(r.optimizer for r in setting_runs))
@@ -872,14 +898,15 @@ def plot_diagnostics(runs: list[Run], path: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description="Tables and plots from training runs' logs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.report", description="Tables and plots from training runs' logs.")
     parser.add_argument("paths", nargs="+", help="run folders, or folders to search for runs")
     parser.add_argument("--out", default="report", help="folder for report.md and the plots")
     parser.add_argument("--x", default="tokens,time,passes",
                         help="the curves' x-axes: tokens, time (training wall-clock) and/or passes (forward-backward "
                              "passes: MARS-exact's steps count two)")
     parser.add_argument("--gpu-rows", metavar="CARD:MODEL",
-                        help="the measured GPU rows the projected GPU-time speedup reads (bench/results/"
+                        help="the measured GPU rows the projected GPU-time speedup reads (results/gpu/"
                              f"whole_steps.json), e.g. 'H200:llama-124m'; default: {GPU_MODEL} on the card that "
                              "measured AdamW and the most other optimizers on it")
     args = parser.parse_args(argv)
@@ -908,7 +935,13 @@ def main(argv: list[str] | None = None) -> str:
         plot_files.append("diagnostics.png")
     if plot_speedup(runs, os.path.join(args.out, "speedup.png")):
         plot_files.append("speedup.png")
-    text = report_markdown(runs, plot_files, gpu)
+    speedups: list[dict] = []
+    text = report_markdown(runs, plot_files, gpu, speedups)
+    if speedups:  # (the input of python -m experiments.tables)
+        with open(os.path.join(args.out, "speedups.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(speedups[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(speedups)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(text)
     print(text)

@@ -1,0 +1,107 @@
+"""The layout of issue 62: the experiment tools as the experiments package (each `python -m experiments.<tool>`,
+its usage line saying so, a file run directly naming the command), the old `scripts.<tool>` names failing with a
+message naming the new one (scripts/__init__.py's MOVED, through real interpreters), the published rankings as
+data files with their sources, and the README's generated tables equal to what `python -m experiments.tables`
+makes of the committed results."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, REPO
+
+TOOLS = ("sweep", "tune", "report", "batch_ladder", "budget_ladder", "rankings", "tables")
+MOVED = ("sweep", "tune", "report", "batch_ladder", "budget_ladder", "rankings")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, *args], capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_each_old_name_exits_naming_its_new_module():
+    """python -m scripts.<tool> prints where it moved and exits 2, without a traceback; an import of it raises
+    an ImportError naming the new module (not a bare 'No module named')."""
+    for tool in MOVED:
+        proc = run("-m", f"scripts.{tool}", "--help")
+        assert proc.returncode == 2, (tool, proc.returncode, proc.stderr)
+        assert f"scripts.{tool} moved: run python -m experiments.{tool}" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
+    code = ("import scripts\n"
+            "for tool in sorted(scripts.MOVED):\n"
+            "    try:\n"
+            "        exec(f'from scripts import {tool.split(\".\")[1]}')\n"
+            "    except ImportError as e:\n"
+            "        print(e)\n")
+    proc = run("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == sorted(
+        f"scripts.{tool} moved: import experiments.{tool} (python -m experiments.{tool})" for tool in MOVED)
+
+
+def test_a_tool_run_as_a_file_names_the_command():
+    for tool in ("sweep", "tables"):
+        proc = run(f"experiments/{tool}.py")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"run python -m experiments.{tool} from the repository root" in proc.stderr, proc.stderr
+
+
+@pytest.mark.quick
+def test_every_tool_runs_as_a_module_and_its_usage_line_says_so():
+    for tool in TOOLS:
+        proc = run("-m", f"experiments.{tool}", "--help")
+        assert proc.returncode == 0, (tool, proc.stderr)
+        if tool != "rankings":  # (its help is its docstring, which shows the command)
+            assert proc.stdout.startswith(f"usage: python -m experiments.{tool} "), proc.stdout[:200]
+        assert f"python -m experiments.{tool}" in proc.stdout
+
+
+def test_scripts_holds_only_launchers():
+    files = [p.relative_to(REPO / "scripts") for p in (REPO / "scripts").rglob("*") if p.is_file()
+             and "__pycache__" not in p.parts]
+    assert sorted(str(f) for f in files if f.suffix not in (".sh", ".sbatch")) == ["__init__.py"], files
+
+
+@pytest.mark.quick
+def test_the_published_rankings_are_data_with_their_sources():
+    from experiments import rankings
+
+    files = sorted((REPO / "results" / "rankings").glob("*.json"))
+    assert [f.name for f in files] == ["semenov2025.json", "wen2025.json"]
+    for file in files:
+        record = json.loads(file.read_text())
+        assert record["url"].startswith("https://arxiv.org/abs/") and record["citation"] and record["source"]
+        assert record["value"] in ("loss", "tier")
+    assert list(rankings.PUBLISHED) == ["Wen et al. 130M, 1x Chinchilla",
+                                        "Semenov et al. 124M, to 16.8B tokens (tiers from their text)"]
+    wen, semenov = rankings.PUBLISHED.values()
+    assert wen["Muon"] == 3.464 and wen["MARS-approx"] == 3.537 and len(wen) == 11
+    assert semenov["AdEMAMix"] == 1 and semenov["AdamW"] == 3 and len(semenov) == 11
+
+
+@pytest.mark.quick
+def test_the_readmes_tables_are_what_the_command_makes_of_the_results():
+    """Every marked region of README.md and docs/ equals experiments.tables' rendering of the committed
+    results; the README has the mini table's region, and --check passes."""
+    from experiments import tables
+
+    readme = (REPO / "README.md").read_text()
+    assert "<!-- table:mini -->\n| optimizer | learning rate only | speedup over AdamW | projected GPU-time" in readme
+    for page in tables.pages():
+        text = open(page).read()
+        assert tables.render(text) == text, f"{page}: run python -m experiments.tables"
+    proc = run("-m", "experiments.tables", "--check")
+    assert proc.returncode == 0 and "every table is up to date" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_stale_table_is_rewritten_and_check_names_it(tmp_path):
+    from experiments import tables
+
+    stale = "before\n<!-- table:mini -->\n| old |\n<!-- /table -->\nafter\n"
+    fresh = tables.render(stale)
+    assert fresh.startswith("before\n<!-- table:mini -->\n| optimizer |") and fresh.endswith("<!-- /table -->\nafter\n")
+    assert "| Muon | 2.032 ± 0.005 | 2.82x (2.64 to 3.05) | 1.47x (1.38 to 1.59) | **1.740 ± 0.008** |" in fresh
+    assert tables.render(fresh) == fresh
+    from errors import InputError
+    with pytest.raises(InputError, match="no such table"):
+        tables.render("<!-- table:nothing -->\n<!-- /table -->\n")
