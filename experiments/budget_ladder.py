@@ -25,7 +25,8 @@ if not __package__:  # run as a file: the repository's modules (errors, optim, .
 import argparse
 import os
 
-from optim import load_config, mini_recipes
+from optim import load_config
+from experiments.recipes import mini_recipes
 from errors import at_least
 from experiments import report, sweep
 

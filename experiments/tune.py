@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> str:
 
 
 def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
-    from optim import mini_recipes
+    from experiments.recipes import mini_recipes
 
     recipes = mini_recipes()
     names = [n for n in args.recipes.split(",") if n] or list(recipes)

@@ -14,7 +14,8 @@ import torch.distributed as dist
 import train
 from conftest import free_port
 from model import GPT, GPTConfig
-from optim import build_optimizer, load_config, mini_recipes
+from optim import build_optimizer, load_config
+from experiments.recipes import mini_recipes
 from optim.schedule import set_learning_rates
 from parallel import parallelize
 from runtime import Runtime

@@ -16,7 +16,8 @@ from bench.recipes import SETTINGS, TABLE, VARIANTS, paper_config_args
 from conftest import REPO
 from config import ConfigError, read_config_file
 from model import GPT, GPTConfig
-from optim import load_config, mini_recipes
+from experiments.recipes import MINI_RECIPES, mini_recipes
+from optim import OPTIMIZERS, load_config
 
 CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py")) if not p.endswith("__init__.py"))
 
@@ -91,6 +92,13 @@ def test_every_config_file_loads_and_validates(path):
     cfg = load_config([path])
     for key, value in values.items():
         assert cfg.to_dict()[key] == value
+
+
+def test_every_registry_optimizer_has_its_mini_recipes():
+    """The sweep, the tuner and the resume matrix go over MINI_RECIPES: an optimizer missing there is never run."""
+    assert MINI_RECIPES.keys() == OPTIMIZERS.keys()
+    for name, recipes in MINI_RECIPES.items():
+        assert recipes and all(load_config(r.args.split()).optimizer == name for r in recipes.values()), name
 
 
 @pytest.mark.parametrize("recipe, arguments", [(name, r.args) for name, r in mini_recipes().items()])

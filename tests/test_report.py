@@ -11,7 +11,8 @@ import statistics
 import numpy as np
 import pytest
 
-from optim import load_config, mini_recipes
+from optim import load_config
+from experiments.recipes import mini_recipes
 
 from experiments import budget_ladder, rankings, report
 

@@ -31,6 +31,7 @@ from conftest import (
     cut_back, flip_middle_byte, relative_difference, run_scenarios, scenario_result, step_weights, without_key_bias,
 )
 from model import GPT, GPTConfig
+from experiments.recipes import MINI_RECIPES
 from optim import OPTIMIZERS, load_config
 from test_optim_ddp import check_against_one_process
 
@@ -95,7 +96,7 @@ def state_variants() -> dict[str, list[str]]:
     first recipe on the Llama too: every optimizer family through every kind of resume on both models."""
     variants, seen = {}, set()
     for spec in OPTIMIZERS.values():
-        recipes = {name: recipe.args.split() for name, recipe in spec.mini_recipes.items()}
+        recipes = {name: recipe.args.split() for name, recipe in MINI_RECIPES[spec.name].items()}
         first_name, first_args = next(iter(recipes.items()))
         defaults = load_config(first_args).hyperparameters
         for key in spec.hyperparameters.state_keys:
