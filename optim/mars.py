@@ -56,10 +56,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from config import ConfigError
 from optim.adamw import AdamWHyperparameters, SideAdamW
 from optim.contract import Loop, MatrixProducts, Product, SecondGradient, VarianceReduction, setting
 from optim.diagnostics import variance_reduction_stats
-from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks, ns5_dtype, ns5_products
+from optim.newton_schulz import (
+    muon_scale, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_coefficients_setting, ns_iterations,
+)
 from optim.rules import (
     MARS_ADAMW, MARS_LION, GroupwiseOptimizer, adam_state, adam_step_scalars, adamw_update, decoupled_step_,
     mars_momentum_, scalar_tensor, sharded_clip_scales,
@@ -78,8 +81,15 @@ class MARSHyperparameters(AdamWHyperparameters, SideAdamW):
     is_approx: bool = True
     optimize_1d: bool = False
     amsgrad: bool = False
+    ns_coefficients: str = ns_coefficients_setting()  # MARS-Shampoo's Newton-Schulz (optim/newton_schulz.py)
 
     state_keys = ("mars_type", "is_approx", "optimize_1d", "amsgrad", "decay_embeddings")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ns_coefficients != "quintic" and self.mars_type != "mars-shampoo":
+            raise ConfigError(f"ns_coefficients={self.ns_coefficients!r} sets MARS-Shampoo's Newton-Schulz: "
+                              f"it needs mars_type='mars-shampoo', got {self.mars_type!r}")
 
     def display_name(self) -> str:
         return f"{MARS_NAMES[self.mars_type]}-{'approx' if self.is_approx else 'exact'}"
@@ -173,10 +183,13 @@ class MARS(MatrixProducts, KeptGradients, GroupwiseOptimizer):
         weight_decay: float = 0.0, amsgrad: bool = False, gamma: float = 0.025, is_approx: bool = True,
         mars_type: str = "mars-adamw", optimize_1d: bool = False, lr_1d: float = 3e-3,
         betas_1d: tuple[float, float] = (0.9, 0.95), weight_decay_1d: float = 0.1, *, compiled: bool = True,
+        ns_coefficients: str = "quintic",
     ):
         """The official arguments, plus compiled: run the element-wise rules as
         torch.compile'd kernels (the same numbers, much faster; falls back to eager
-        mode with a warning where compiling fails)."""
+        mode with a warning where compiling fails), and ns_coefficients: MARS-Shampoo's
+        Newton-Schulz coefficients, a key of newton_schulz.NS_COEFFICIENTS."""
+        ns_iterations(ns_coefficients, 5)  # (refuses a bad choice now)
         if not lr > 0.0:
             raise ValueError(f"Invalid learning rate: {lr} (the 1-D learning rate is lr * lr_1d / lr)")
         if not eps >= 0.0:
@@ -189,6 +202,7 @@ class MARS(MatrixProducts, KeptGradients, GroupwiseOptimizer):
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, mars_type=mars_type,
             gamma=gamma, optimize_1d=optimize_1d, betas_1d=betas_1d, weight_decay_1d=weight_decay_1d,
+            ns_coefficients=ns_coefficients,
         )
         super().__init__(params, defaults)
         self.is_approx = is_approx
@@ -252,7 +266,8 @@ class MARS(MatrixProducts, KeptGradients, GroupwiseOptimizer):
             else:  # NS5's matrix products dominate: no compiled kernel needed for the momentum
                 torch._foreach_add_(steps, 1.0)
                 mars_momentum_(grads, last_grads, exp_avgs, beta1=beta1, gamma=gamma, clip_scales=clip_scales)
-                updates = newton_schulz5_across_ranks(torch._foreach_div(exp_avgs, 1.0 - beta1), 5, eps)
+                updates = newton_schulz5_across_ranks(torch._foreach_div(exp_avgs, 1.0 - beta1), 5, eps,
+                                                      coefficients=group["ns_coefficients"])
                 torch._foreach_mul_(updates, [muon_scale(*p.shape) for p in subset])
                 decoupled_step_(subset, updates, lr, wd)
             self._keep_last_grads(subset, states)
@@ -278,5 +293,5 @@ def build_mars(model: nn.Module, hp: MARSHyperparameters, loop: Loop) -> MARS:
         groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps, weight_decay=hp.weight_decay,
         amsgrad=hp.amsgrad, gamma=hp.gamma, is_approx=hp.is_approx, mars_type=hp.mars_type,
         optimize_1d=hp.optimize_1d, lr_1d=hp.lr_1d, betas_1d=(hp.beta1_1d, hp.beta2_1d),
-        weight_decay_1d=hp.weight_decay_1d, compiled=loop.compiled,
+        weight_decay_1d=hp.weight_decay_1d, compiled=loop.compiled, ns_coefficients=hp.ns_coefficients,
     )

@@ -72,6 +72,7 @@ from config import ConfigError
 from optim.contract import Hyperparameters, Loop, beta, setting
 from optim.mars import KeptGradients
 from optim.moonlight import Moonlight, official_groups
+from optim.newton_schulz import ns_coefficients_setting
 from optim.rules import mars_momentum_, sharded_clip_scales
 
 
@@ -85,6 +86,7 @@ class MARSMHyperparameters(Hyperparameters):
     gamma: float = setting(0.025, 0.0)
     is_approx: bool = True
     mars_m_efficient: bool = False  # the memory-efficient form (official mars_m_efficient.py): approx, no clip
+    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic or Polar Express's (optim/newton_schulz.py)
 
     state_keys = ("is_approx", "mars_m_efficient")
 
@@ -105,10 +107,12 @@ class MARSM(KeptGradients, Moonlight):
         self, params: Iterable, lr: float = 1e-3, wd: float = 0.1, momentum: float = 0.95, ns_steps: int = 5,
         adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8, gamma: float = 0.025,
         clip_c: bool | None = None, is_approx: bool = True, efficient: bool = False, *, compiled: bool = True,
+        ns_coefficients: str = "quintic",
     ):
         """The official arguments (params for muon_params + adamw_params), plus
         efficient: the memory-efficient form (mars_m_efficient.py), and
-        compiled: run the AdamW rule as a torch.compile'd kernel (the same numbers)."""
+        compiled: run the AdamW rule as a torch.compile'd kernel (the same numbers), and
+        ns_coefficients: Newton-Schulz's coefficients, a key of newton_schulz.NS_COEFFICIENTS."""
         if not 0.0 < momentum < 1.0:
             raise ValueError(f"Invalid momentum: {momentum} (MARS-M needs 0 < momentum < 1)")
         if clip_c is None:
@@ -119,7 +123,8 @@ class MARSM(KeptGradients, Moonlight):
         self.gamma, self.clip_c, self.is_approx, self.efficient = gamma, clip_c, is_approx, efficient
         self.needs_grad_on_next_batch = not is_approx  # (SecondGradient)
         super().__init__(params, lr=lr, wd=wd, momentum=momentum, nesterov=False, ns_steps=ns_steps,
-                         adamw_betas=adamw_betas, adamw_eps=adamw_eps, compiled=compiled)
+                         adamw_betas=adamw_betas, adamw_eps=adamw_eps, compiled=compiled,
+                         ns_coefficients=ns_coefficients)
 
     def add_param_group(self, param_group: dict) -> None:
         if param_group.get("use_muon"):
@@ -159,4 +164,5 @@ def build_mars_m(model: nn.Module, hp: MARSMHyperparameters, loop: Loop) -> MARS
     """MARS-M as the official train_mars_m.py builds it (momentum=beta1)."""
     return MARSM(official_groups(model), lr=loop.learning_rate, wd=hp.weight_decay, momentum=hp.beta1,
                  adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps, gamma=hp.gamma,
-                 is_approx=hp.is_approx, efficient=hp.mars_m_efficient, compiled=loop.compiled)
+                 is_approx=hp.is_approx, efficient=hp.mars_m_efficient, compiled=loop.compiled,
+                 ns_coefficients=hp.ns_coefficients)

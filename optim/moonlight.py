@@ -45,7 +45,7 @@ import torch.nn as nn
 
 from optim.contract import Hyperparameters, Loop, beta, setting
 from optim.muon import NS5_EPS, Muon
-from optim.newton_schulz import newton_schulz5_across_ranks
+from optim.newton_schulz import newton_schulz5_across_ranks, ns_coefficients_setting
 from optim.routing import Route, routed_params, routing
 from optim.rules import decoupled_step_
 
@@ -58,6 +58,7 @@ class MoonlightHyperparameters(Hyperparameters):
     beta1_1d: float = beta(0.9)  # the AdamW side's betas
     beta2_1d: float = beta(0.95)
     eps: float = setting(1e-8, 0.0)
+    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic or Polar Express's (optim/newton_schulz.py)
 
     def display_name(self) -> str:
         return "Moonlight"
@@ -67,16 +68,17 @@ class Moonlight(Muon):
     def __init__(
         self, params: Iterable, lr: float = 1e-3, wd: float = 0.1, momentum: float = 0.95, nesterov: bool = True,
         ns_steps: int = 5, adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8,
-        *, compiled: bool = True,
+        *, compiled: bool = True, ns_coefficients: str = "quintic",
     ):
         """The official arguments (params for muon_params + adamw_params), plus
-        compiled: run the AdamW rule as a torch.compile'd kernel (the same numbers)."""
+        compiled: run the AdamW rule as a torch.compile'd kernel (the same numbers), and
+        ns_coefficients: Newton-Schulz's coefficients, a key of newton_schulz.NS_COEFFICIENTS."""
         if not lr > 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         super().__init__(
             params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=wd, ns_steps=ns_steps, adamw_lr=lr,
             adamw_betas=adamw_betas, adamw_eps=adamw_eps, adamw_weight_decay=wd, compiled=compiled,
-            adamw_variant="official-moonlight",
+            adamw_variant="official-moonlight", ns_coefficients=ns_coefficients,
         )
 
     def _orthogonalized_step(self, params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
@@ -86,7 +88,7 @@ class Moonlight(Muon):
 def rms_matched_step_(params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
     """p <- p * (1 - lr * wd) - lr * 0.2 * sqrt(max(A, B)) * NS5(direction), the step of Moonlight and MARS-M,
     with NS5 shared out across ranks."""
-    updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS)
+    updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS, coefficients=group["ns_coefficients"])
     torch._foreach_mul_(updates, [rms_matching_scale(*p.shape) for p in params])
     decoupled_step_(params, updates, group["lr"], group["weight_decay"])
 
@@ -111,4 +113,4 @@ def build_moonlight(model: nn.Module, hp: MoonlightHyperparameters, loop: Loop) 
     """Moonlight as the official train_moonlight.py builds it (momentum=beta1)."""
     return Moonlight(official_groups(model), lr=loop.learning_rate, wd=hp.weight_decay, momentum=hp.beta1,
                      nesterov=hp.muon_nesterov, adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps,
-                     compiled=loop.compiled)
+                     compiled=loop.compiled, ns_coefficients=hp.ns_coefficients)

@@ -28,7 +28,9 @@ import torch.nn as nn
 
 from optim.adamw import SideAdamW
 from optim.contract import Loop, MatrixProducts, Product, beta, setting
-from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks, ns5_dtype, ns5_products
+from optim.newton_schulz import (
+    muon_scale, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_coefficients_setting, ns_iterations,
+)
 from optim.routing import Route, routed_params, routing
 from optim.rules import ADAMW_VARIANTS, GroupwiseOptimizer, adamw_update, decoupled_step_
 
@@ -50,6 +52,7 @@ class MuonHyperparameters(SideAdamW):
     # inside Keller Jordan's Muon as llm-baselines ships it (eps added to the uncorrected sqrt(v), weight
     # decay scaled by lr), which Semenov et al.'s runs use.
     muon_adamw: str = setting("torch", choices=tuple(MUON_ADAMW_VARIANTS))
+    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic or Polar Express's (optim/newton_schulz.py)
 
     state_keys = ("muon_embeddings_on_adamw",)
 
@@ -62,18 +65,19 @@ class Muon(MatrixProducts, GroupwiseOptimizer):
         self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
         weight_decay: float = 0.0, ns_steps: int = 5, adamw_lr: float = 3e-3,
         adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8, adamw_weight_decay: float = 0.1,
-        *, compiled: bool = True, adamw_variant: str = "torch",
+        *, compiled: bool = True, adamw_variant: str = "torch", ns_coefficients: str = "quintic",
     ):
         """params: tensors (2-D ones go to Muon, the rest to AdamW) or param groups
         that each say use_muon=True/False; a group's missing settings come from the
         arguments of its kind (lr, momentum, ... for Muon; adamw_* for AdamW).
         adamw_variant: the AdamW arithmetic, one of rules.ADAMW_VARIANTS ("official-mars":
-        the official repository's optimizers/adamw.py, which its train_muon.py uses)."""
+        the official repository's optimizers/adamw.py, which its train_muon.py uses).
+        ns_coefficients: Newton-Schulz's coefficients, a key of newton_schulz.NS_COEFFICIENTS."""
         if adamw_variant not in ADAMW_VARIANTS:
             raise ValueError(f"adamw_variant {adamw_variant!r}: choose one of {', '.join(ADAMW_VARIANTS)}")
         self.adamw_variant = adamw_variant
         self.muon_defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                                  ns_steps=ns_steps)
+                                  ns_steps=ns_steps, ns_coefficients=ns_coefficients)
         self.adamw_defaults = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps, weight_decay=adamw_weight_decay)
         self.compiled = compiled
         params = list(params)
@@ -91,6 +95,8 @@ class Muon(MatrixProducts, GroupwiseOptimizer):
             param_group.setdefault(key, value)
         if param_group["use_muon"] and any(p.ndim != 2 for p in param_group["params"]):
             raise ValueError("Muon orthogonalises 2-D matrices only; put other parameters in a use_muon=False group")
+        if param_group["use_muon"]:
+            ns_iterations(param_group["ns_coefficients"], param_group["ns_steps"])  # (refuses a bad choice now)
         super().add_param_group(param_group)
 
     def products(self) -> list[Product]:
@@ -116,7 +122,8 @@ class Muon(MatrixProducts, GroupwiseOptimizer):
 
     def _orthogonalized_step(self, params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
         """p <- p * (1 - lr * weight_decay) - lr * NS5(direction) * max(1, rows/cols)^0.5."""
-        updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS)
+        updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS,
+                                              coefficients=group["ns_coefficients"])
         torch._foreach_mul_(updates, [muon_scale(*p.shape) for p in params])
         decoupled_step_(params, updates, group["lr"], group["weight_decay"])
 
@@ -139,5 +146,5 @@ def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:
         lr=loop.learning_rate, momentum=hp.muon_momentum, nesterov=hp.muon_nesterov,
         weight_decay=hp.weight_decay, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
         adamw_eps=hp.eps, adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled,
-        adamw_variant=MUON_ADAMW_VARIANTS[hp.muon_adamw],
+        adamw_variant=MUON_ADAMW_VARIANTS[hp.muon_adamw], ns_coefficients=hp.ns_coefficients,
     )

@@ -29,8 +29,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from config import ConfigError
 from optim.contract import Hyperparameters, Loop, MatrixProducts, Product, positive, setting
-from optim.newton_schulz import newton_schulz5_across_ranks, ns5_dtype, ns5_products
+from optim.newton_schulz import (
+    max_ns_steps, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_coefficients_setting, ns_iterations,
+)
 from optim.routing import parameter_kinds
 from optim.rules import GroupwiseOptimizer
 from optim.sharding import local, shard_group, squared_norms
@@ -46,6 +49,14 @@ class ScionHyperparameters(Hyperparameters):
     scion_output_scale: float = positive(10.0)  # the output layer's (the tied embedding, or an untied head)
     scion_unconstrained: bool = False
     ns_steps: int = setting(5, 1)
+    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic or Polar Express's (optim/newton_schulz.py)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        most = max_ns_steps(self.ns_coefficients)
+        if most is not None and self.ns_steps > most:
+            raise ConfigError(f"ns_coefficients={self.ns_coefficients!r} holds {most} iterations: ns_steps must be at "
+                              f"most {most}, got {self.ns_steps}")
 
     def display_name(self) -> str:
         return "Scion"
@@ -53,9 +64,12 @@ class ScionHyperparameters(Hyperparameters):
 
 class Scion(MatrixProducts, GroupwiseOptimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.1, unconstrained: bool = False,
-                 ns_steps: int = 5):
-        """params: groups that each say their lmo ("spectral", "sign", "sign_normalized" or "bias_rms") and scale."""
-        super().__init__(params, dict(lr=lr, momentum=momentum, unconstrained=unconstrained, ns_steps=ns_steps))
+                 ns_steps: int = 5, ns_coefficients: str = "quintic"):
+        """params: groups that each say their lmo ("spectral", "sign", "sign_normalized" or "bias_rms") and scale;
+        ns_coefficients: Newton-Schulz's coefficients, a key of newton_schulz.NS_COEFFICIENTS."""
+        ns_iterations(ns_coefficients, ns_steps)  # (refuses a bad choice now)
+        super().__init__(params, dict(lr=lr, momentum=momentum, unconstrained=unconstrained, ns_steps=ns_steps,
+                                      ns_coefficients=ns_coefficients))
 
     def products(self) -> list[Product]:
         """NS5 of the spectral groups' matrices (a fused q, k, v as three), batched by shape within each group."""
@@ -80,7 +94,8 @@ class Scion(MatrixProducts, GroupwiseOptimizer):
         if lmo == "spectral":  # on owner ranks; a fused q, k, v matrix as its three matrices
             pieces = dict(zip(map(id, group["params"]), group["pieces"]))
             counts = [pieces[id(p)] for p in params]
-            updates = newton_schulz5_across_ranks(buffers, group["ns_steps"], NS5_EPS, counts)
+            updates = newton_schulz5_across_ranks(buffers, group["ns_steps"], NS5_EPS, counts,
+                                                  coefficients=group["ns_coefficients"])
             torch._foreach_mul_(updates, [(p.shape[0] / count / p.shape[1]) ** 0.5 for p, count in zip(params, counts)])
             updates = local(updates)
         elif lmo in ("sign", "sign_normalized"):
@@ -118,4 +133,4 @@ def build_scion(model: nn.Module, hp: ScionHyperparameters, loop: Loop) -> Scion
         if params:
             groups.append(dict(params=params, lmo=lmo, scale=scale, pieces=[3 if id(p) in fused_qkv else 1 for p in params]))
     return Scion(groups, lr=loop.learning_rate, momentum=hp.scion_momentum, unconstrained=hp.scion_unconstrained,
-                 ns_steps=hp.ns_steps)
+                 ns_steps=hp.ns_steps, ns_coefficients=hp.ns_coefficients)
