@@ -15,6 +15,21 @@ Tables:
          (results/tune/speedups.csv), each speedup over AdamW with the GPU time it projects: the speedup and its
          interval's ends times AdamW's whole training step over the optimizer's, from the measured rows of
          results/gpu/whole_steps.json (experiments.report's projected_gpu_speedup and default rows).
+  mini_lr  docs/reproducing.md's learning-rate-only table: results/mini/speedups.csv, the Welch tests against AdamW
+         and AdamW's own interval from results/mini/report.md, each optimizer's learning rate and the row order
+         from results/mini/learning_rates.csv, and the projected GPU time.
+  tuned  docs/reproducing.md's tuned table: both speedups.csv files, results/tune/report.md (Welch tests, AdamW's
+         own interval), results/tune/tuning.md (runs, seed 1 at half and twice the tuned rate) and
+         results/tune/moves.csv (what tuning moved, seed 1 at the tuned point, the row order).
+  ladder docs/reproducing.md's batch-size ladder table: results/ladders/ladder.md's tables.
+  llama  docs/reproducing.md's mini Llama table: results/mini_llama/report.md (loss, Welch tests, speedups) beside
+         the GPT-2 mini loss at the same recipe (results/tune/speedups.csv where tuned, else results/mini/'s).
+
+Where a table reads a committed report's Markdown table, it reads the report as experiments.report (or
+experiments.batch_ladder, experiments.tune) wrote it, rounding the printed digits half up; a Welch difference
+is taken from the report's Runs table (the seeds' 4 decimals), not its significance table's rounded one.
+results/mini/learning_rates.csv and results/tune/moves.csv were transcribed from the pages' tables (the
+learning rates and what tuning moved are in no report's table): edit them, not the pages, and run the command.
 
 A speedups.csv holds one row per optimizer (by its display name): its mean best validation loss and standard
 deviation over seeds and its token-equivalent speedup over AdamW with the 95% interval's ends, as
@@ -109,7 +124,294 @@ def mini_table(results: str = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLES = {"mini": mini_table}
+# -----------------------------------------------------------------------------
+# docs/reproducing.md's tables: the committed reports' Markdown tables, read back
+
+
+def rounded(text: str, places: int) -> str:
+    """A number as a report printed it, to places decimals, rounded half up from its printed digits (so 1.7315
+    is 1.732, not the 1.731 of its nearest binary float)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return str(Decimal(text).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))
+
+
+def significant(text: str, digits: int = 2) -> str:
+    """A printed number to digits significant digits, rounded half up, trailing zeros kept (0.598 -> 0.60,
+    0.00672 -> 0.0067)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    number = Decimal(text)
+    return format(number.quantize(Decimal(1).scaleb(number.adjusted() - digits + 1), rounding=ROUND_HALF_UP), "f")
+
+
+def p_decimals(p: str) -> str:
+    """A printed p-value as the learning-rate-only and tuned tables give it: '< 0.001', 3 decimals below 0.01,
+    else 2."""
+    return "p < 0.001" if float(p) < 0.001 else f"p = {rounded(p, 3 if float(p) < 0.01 else 2)}"
+
+
+def p_significant(p: str) -> str:
+    """A printed p-value as the mini Llama table gives it: '< 0.001', else 2 significant digits."""
+    return "p < 0.001" if float(p) < 0.001 else f"p = {significant(p)}"
+
+
+def markdown_tables(path: str) -> list[list[dict]]:
+    """Every Markdown table of a committed report: its rows as dicts by header (a header cell repeated keeps
+    its column's position as its key's suffix)."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise InputError(f"cannot read {path} ({e.strerror}); it is a committed result: restore it") from e
+    tables, current = [], None
+    for line in lines:
+        if not line.startswith("|"):
+            current = None
+            continue
+        cells = [c.strip() for c in line.strip()[1:-1].split("|")]
+        if current is None:
+            current = {"header": [c if cells.index(c) == i else f"{c}#{i}" for i, c in enumerate(cells)],
+                       "rows": []}
+            tables.append(current)
+        elif set(line) <= set("|- "):
+            continue
+        else:
+            current["rows"].append(dict(zip(current["header"], cells)))
+    return [t["rows"] for t in tables]
+
+
+def report_table(path: str, first_column: str) -> list[dict]:
+    """The rows of the first table of a report whose header starts with first_column."""
+    for rows in markdown_tables(path):
+        if rows and next(iter(rows[0])) == first_column:
+            return rows
+    raise InputError(f"{path}: no table headed '{first_column}'; rerun the report that wrote it")
+
+
+def seed_losses(path: str, tokens: str = "1.05M") -> dict[str, list[float]]:
+    """optimizer -> its seeds' best validation losses at tokens, from a report's Runs table."""
+    out: dict[str, list[float]] = {}
+    for row in report_table(path, "run"):
+        if row["tokens"] == tokens:
+            out.setdefault(row["optimizer"], []).append(float(row["best val loss"]))
+    return out
+
+
+def welch_against(path: str, reference: str) -> dict[str, tuple[float, str]]:
+    """optimizer -> (its mean best validation loss minus the reference's; p) at 1.05M tokens: the p from a
+    report's significance table, the difference from its Runs table's seeds (the significance table's 4
+    decimals would round twice: -0.0025 is +0.002 from the seeds)."""
+    import statistics
+
+    seeds = seed_losses(path)
+    out = {}
+    for row in report_table(path, "setting"):
+        if reference not in (row["A"], row["B"]) or "1.05M tokens" not in row["setting"]:
+            continue
+        other = row["B"] if row["A"] == reference else row["A"]
+        out.setdefault(other, (statistics.mean(seeds[other]) - statistics.mean(seeds[reference]), row["p"]))
+    return out
+
+
+def welch_text(cell: tuple[float, str], p_format) -> str:
+    difference, p = cell
+    return f"{difference:+.3f}, {p_format(p)}"
+
+
+def interval_text(text: str) -> str:
+    """A report's speedup cell ('0.958x (0.881 to 1.04)', '0.285x (< 0.25 to 0.319)') to 2 decimals."""
+    match = re.fullmatch(r"([\d.]+)x \(((?:[<>] )?)([\d.]+) to ((?:[<>] )?)([\d.]+)\)", text)
+    if match is None:
+        raise InputError(f"'{text}': not a speedup cell of experiments.report")
+    return (f"{float(match[1]):.2f}x ({match[2]}{float(match[3]):.2f} to {match[4]}{float(match[5]):.2f})")
+
+
+def own_interval(path: str, reference: str = REFERENCE) -> str:
+    """The reference's speedup over its own curve (the curve's error), from a report's speedup section."""
+    for row in report_table(path, "optimizer"):
+        if row["optimizer"] == reference and "speedup (95% interval)" in row:
+            return interval_text(row["speedup (95% interval)"]).replace("1.00x", "1x", 1)
+    raise InputError(f"{path}: no {reference} row in its speedup table")
+
+
+def read_csv(path: str) -> list[dict]:
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        raise InputError(f"cannot read {path} ({e.strerror}); it is a committed input: restore it") from e
+
+
+def loss_text(row: dict) -> str:
+    return f"{row['loss_mean']:.3f} ± {row['loss_std']:.3f}"
+
+
+def bold(text: str, yes: bool) -> str:
+    return f"**{text}**" if yes and text else text
+
+
+def gpu_column(results: str):
+    from experiments.report import gpu_rows, read_whole_steps
+
+    gpu = gpu_rows(read_whole_steps(os.path.join(results, "gpu", "whole_steps.json")))
+    return gpu, f"projected GPU-time speedup ({gpu.card}, {gpu.model})"
+
+
+def lr_only_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's learning-rate-only table: results/mini/speedups.csv's losses and speedups, each
+    optimizer's learning rate and row order from results/mini/learning_rates.csv, the Welch test against AdamW
+    from results/mini/report.md's significance table, AdamW's own interval from its speedup table, and the
+    projected GPU time; the best of each column in bold."""
+    gpu, column = gpu_column(results)
+    report = os.path.join(results, "mini", "report.md")
+    speedups = read_speedups(os.path.join(results, "mini", "speedups.csv"))
+    welch = welch_against(report, REFERENCE)
+    rates = read_csv(os.path.join(results, "mini", "learning_rates.csv"))
+    best = min((r["optimizer"] for r in rates), key=lambda n: speedups[n]["loss_mean"])
+    lines = [f"| 0.49M GPT, 1.05M byte tokens | best val loss | learning rate | vs AdamW (Welch, p) | "
+             f"speedup over AdamW (95% interval) | {column} |", "| --- | --- | --- | --- | --- | --- |"]
+    for rate in rates:
+        name = rate["optimizer"]
+        row = speedups[name]
+        if name == REFERENCE:
+            speedup = gpu_speedup = own_interval(report)
+            test = ""
+        else:
+            speedup, gpu_speedup = speedup_text(row["speedup"], row["low"], row["high"]), projected(gpu, name, row)
+            test = welch_text(welch[name], p_decimals)
+        cells = [LABELS.get(name, name), bold(loss_text(row), name == best), rate["learning_rate"], test,
+                 bold(speedup, name == best), bold(gpu_speedup, name == best)]
+        lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
+    return "\n".join(lines) + "\n"
+
+
+TUNE_RECIPES = {"adamw": "AdamW", "mars_approx": "MARS-approx", "mars_exact": "MARS-exact", "muon": "Muon",
+                "mars_m": "MARS-M-approx", "moonlight": "Moonlight", "soap": "SOAP"}
+
+
+def tuned_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's tuned table: each tuned recipe's learning-rate-only row (results/mini/speedups.csv)
+    beside its tuning (runs and seed 1 at half and twice the tuned rate from results/tune/tuning.md, what it
+    moved and seed 1 at the tuned point from results/tune/moves.csv, which also orders the rows), its tuned
+    seeds and speedup (results/tune/speedups.csv, the Welch test and AdamW's own interval from
+    results/tune/report.md) and the GPU time each speedup projects; the best tuned columns in bold."""
+    gpu, column = gpu_column(results)
+    report = os.path.join(results, "tune", "report.md")
+    lr_only = read_speedups(os.path.join(results, "mini", "speedups.csv"))
+    tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))
+    welch = welch_against(report, REFERENCE)
+    tuning = {TUNE_RECIPES.get(r["recipe"], r["recipe"]): r
+              for r in report_table(os.path.join(results, "tune", "tuning.md"), "recipe")}
+    moves = read_csv(os.path.join(results, "tune", "moves.csv"))
+    best = min(tuned, key=lambda n: tuned[n]["loss_mean"])
+    lines = [f"| optimizer | learning rate only | speedup over AdamW | {column} | runs | what tuning moved | "
+             f"tuned, seeds 1-4 | seed 1: tuned / 0.5x / 2x lr | vs tuned AdamW | speedup over tuned AdamW | "
+             f"{column} |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for move in moves:
+        name = move["optimizer"]
+        before, after, search = lr_only[name], tuned[name], tuning[name]
+        seed1 = " / ".join([move["seed1_tuned"], rounded(search["0.5x lr"], 3), rounded(search["2x lr"], 3)])
+        if name == REFERENCE:
+            test, speedup = "", own_interval(report)
+            gpu_speedup = speedup
+        else:
+            test = welch_text(welch[name], p_decimals)
+            speedup = speedup_text(after["speedup"], after["low"], after["high"])
+            gpu_speedup = projected(gpu, name, after)
+        cells = [name, loss_text(before), speedup_text(before["speedup"], before["low"], before["high"]),
+                 projected(gpu, name, before), search["runs"].replace(" (capped)", ", capped"), move["moved"],
+                 bold(loss_text(after), name == best), seed1, test, bold(speedup, name == best),
+                 bold(gpu_speedup, name == best)]
+        lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
+    return "\n".join(lines) + "\n"
+
+
+LADDER_NAMES = {"adamw": "AdamW", "mars_approx": "MARS-approx", "mars_exact": "MARS-exact", "muon": "Muon"}
+LADDER_TOKENS = 4 * 1024 ** 2  # each ladder run's tokens (config/ladder.py): 4.19M
+
+
+def minus(text: str) -> str:
+    return text.replace("-", "\u2212")
+
+
+def learning_rate_text(value: str) -> str:
+    """0.008 -> 8e-3, 0.024 -> 2.4e-2, as the pages write a learning rate."""
+    mantissa, exponent = f"{float(value):e}".split("e")
+    return f"{float(mantissa):g}e-{abs(int(exponent))}"
+
+
+def ladder_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's batch-size ladder table, from results/ladders/ladder.md's tables: each optimizer's
+    loss and tuned rate per size (the best in bold), MARS-exact at AdamW's passes, the Welch tests of MARS
+    against AdamW, the MARS variants' cos(g_t, g_prev) and AdamW's fraction of clipped steps."""
+    path = os.path.join(results, "ladders", "ladder.md")
+    losses = report_table(path, "optimizer")
+    sizes = list(dict.fromkeys(r["tokens per step"] for r in losses))
+    names = list(dict.fromkeys(r["optimizer"] for r in losses))
+    cell = {(r["optimizer"], r["tokens per step"]): r for r in losses}
+    best = {size: min(names, key=lambda n: float(cell[n, size]["best val loss"].split(" ± ")[0])) for size in sizes}
+    header = []
+    for i, size in enumerate(sizes):
+        steps = LADDER_TOKENS // (int(size.rstrip("K")) * 1024)
+        header.append(f"{size} tokens/step ({steps:,} steps)" if i == 0 else f"{size} ({steps:,} steps)")
+    lines = ["| best val loss (nats/byte), tuned lr | " + " | ".join(header) + " |",
+             "| --- |" + " --- |" * len(sizes)]
+
+    def line(label: str, cells: list[str]) -> None:
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    for name in names:
+        texts = []
+        for size in sizes:
+            mean, std = cell[name, size]["best val loss"].split(" ± ")
+            loss = bold(f"{rounded(mean, 3)} ± {rounded(std, 3)}", best[size] == name)
+            texts.append(f"{loss}, {learning_rate_text(cell[name, size]['tuned lr'])}")
+        line(LADDER_NAMES.get(name, name), texts)
+        if any(cell[name, size]["at equal passes"] for size in sizes):
+            line(f"{LADDER_NAMES.get(name, name)} at AdamW's passes",
+                 [rounded(cell[name, size]["at equal passes"], 3) for size in sizes])
+    tests = {(r["MARS"], r["tokens per step"]): r for r in report_table(path, "tokens per step")}
+    for mars in [n for n in names if n.startswith("mars")]:
+        line(f"{LADDER_NAMES[mars]} − AdamW (Welch p)",
+             [minus(f"{tests[mars, size]['mean difference'][0]}{rounded(tests[mars, size]['mean difference'][1:], 3)}"
+                    f" ({significant(tests[mars, size]['p'])})") for size in sizes])
+    diagnostics = {(r["optimizer"], r["tokens per step"]): r
+                   for rows in markdown_tables(path) if rows and "cos(g_t, g_prev)" in rows[0] for r in rows}
+    marses = [n for n in names if n.startswith("mars")]
+    line("cos(g_t, g_prev): " + ", ".join(LADDER_NAMES[n] for n in marses),
+         [", ".join(minus(rounded(diagnostics[n, size]["cos(g_t, g_prev)"], 2)) for n in marses) for size in sizes])
+    line(f"steps with the gradient norm clipped: {REFERENCE}",
+         [rounded(diagnostics["adamw", size]["steps with the gradient norm clipped"], 2) for size in sizes])
+    return "\n".join(lines) + "\n"
+
+
+def llama_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's mini Llama table: each optimizer's loss on the Llama (results/mini_llama/report.md:
+    its loss table, its Welch tests against the Llama's AdamW and its speedups over it), best first, beside its
+    GPT-2 mini loss at the same recipe (results/tune/speedups.csv where it was tuned, results/mini/speedups.csv
+    where only its learning rate was swept)."""
+    path = os.path.join(results, "mini_llama", "report.md")
+    lr_only = read_speedups(os.path.join(results, "mini", "speedups.csv"))
+    tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))
+    welch = welch_against(path, REFERENCE)
+    speedups = [r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r]
+    llama = {r["optimizer"]: r for r in speedups}
+    column = next(c for c in report_table(path, "")[0] if "1.05M" in c)
+    loss = {r[""]: r[column].split(" (n=")[0].strip("*") for r in report_table(path, "")}
+    order = sorted(llama, key=lambda n: float(llama[n]["best val loss"]))
+    lines = ["| optimizer | mini recipe | GPT-2 mini | Llama mini | vs the Llama's AdamW (Welch, p) | "
+             "speedup over the Llama's AdamW (95% interval) |", "| --- | --- | --- | --- | --- | --- |"]
+    for name in order:
+        gpt2 = tuned.get(name) or lr_only[name]
+        test = "" if name == REFERENCE else welch_text(welch[name], p_significant)
+        lines.append(f"| {LABELS.get(name, name)} | {'tuned' if name in tuned else 'learning rate'} | "
+                     f"{loss_text(gpt2)} | {loss[name]} | {test} | {interval_text(llama[name]['speedup (95% interval)'])} |")
+    return "\n".join(lines) + "\n"
+
+
+TABLES = {"mini": mini_table, "mini_lr": lr_only_table, "tuned": tuned_table, "ladder": ladder_table,
+          "llama": llama_table}
 
 
 def render(text: str, results: str = RESULTS) -> str:
