@@ -187,6 +187,9 @@ class CausalSelfAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(head_dim)
         if config.scale_attn_by_inverse_layer_idx:
             self.scale /= layer_idx + 1
+        # QK-clip (optim/muonclip.py) reads each head's largest pre-softmax logit of a step's training forward
+        # passes: recorded only once it asks (record_max_logits), kept per rank, never saved.
+        self.register_buffer("max_logit", None, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
@@ -199,8 +202,26 @@ class CausalSelfAttention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True, scale=self.scale
         )
+        if self.max_logit is not None and self.training and torch.is_grad_enabled():
+            self._update_max_logit(q, k)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
+
+    def record_max_logits(self) -> None:
+        """From now on, keep max_logit: each head's largest logit of the training forward passes since it was last
+        reset to -inf (by QK-clip, after each step)."""
+        self.max_logit = torch.full((self.n_head,), -math.inf, device=self.c_attn.weight.device)
+
+    @torch.no_grad()
+    def _update_max_logit(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        """max_logit <- max(max_logit, each head's largest causal logit q.k * scale in this batch). The fused
+        attention never forms the logits, so they are formed here once more (B x nh x T x T, no graph kept);
+        the running maximum spans a step's micro-batches (and a checkpointed block's recomputation)."""
+        T = q.size(2)
+        logits = (q @ k.transpose(-2, -1)) * self.scale
+        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        head_max = logits.masked_fill(future, -math.inf).amax(dim=(0, 2, 3)).float()
+        self.max_logit.copy_(torch.maximum(self.max_logit, head_max))
 
 
 class MLP(nn.Module):

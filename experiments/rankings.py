@@ -18,6 +18,10 @@ Semenov et al. 2025 ("Benchmarking Optimizers for Large Language Model Pretraini
 their 124M losses in figures only, but their text ranks the optimizers in tiers, which are taken as ranks (1
 best; an optimizer's tier, not a loss; tau-b counts a tier's members as tied). Their D-Muon is our Moonlight;
 their MARS the official MARS-AdamW, approximate by default.
+
+modded-nanogpt's optimization track (KellerJordan/modded-nanogpt, records/track_3_optimization: GPT-2 small on a
+fixed model, data and batch, each run's steps to 3.28 validation loss): for each optimizer we hold, its fewest steps
+among the accepted runs of that optimizer alone (a value of steps, lower better).
 """
 
 from __future__ import annotations

@@ -57,6 +57,10 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                 ("warmup_iters", "beta1", "kron_precond_lr"))},
     "soap": {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                 ("warmup_iters", "beta2", "precondition_frequency"))},
+    # the optimizers that lead the field in 2026
+    # MuonClip is Moonlight until a head's logit passes tau: Moonlight's tuned recipe, QK-clip at K2's tau.
+    "muonclip": {"muonclip": MiniRecipe("config/mini_muonclip.py", (1.2e-2, 2.4e-2, 3.394e-2, 4.8e-2, 9.6e-2),
+                                        ("warmup_iters", "beta1", "qk_clip_tau"))},
 }
 
 

@@ -30,6 +30,7 @@ from optim.mars import MARS, MARSHyperparameters, build_mars
 from optim.mars_m import MARSM, MARSMHyperparameters, build_mars_m
 from optim.moonlight import Moonlight, MoonlightHyperparameters, build_moonlight
 from optim.muon import Muon, MuonHyperparameters, build_muon
+from optim.muonclip import MuonClipHyperparameters, build_muonclip
 from optim.nadamw import NAdamWHyperparameters, build_nadamw
 from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
@@ -70,6 +71,8 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("scion", ScionHyperparameters, build_scion),
         OptimizerSpec("kron", KronHyperparameters, build_kron),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap),
+        # the optimizers that lead the field in 2026
+        OptimizerSpec("muonclip", MuonClipHyperparameters, build_muonclip),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}

@@ -67,14 +67,16 @@ def test_the_published_rankings_are_data_with_their_sources():
     from experiments import rankings
 
     files = sorted((REPO / "results" / "rankings").glob("*.json"))
-    assert [f.name for f in files] == ["semenov2025.json", "wen2025.json"]
+    assert [f.name for f in files] == ["modded_nanogpt_track3.json", "semenov2025.json", "wen2025.json"]
     for file in files:
         record = json.loads(file.read_text())
-        assert record["url"].startswith("https://arxiv.org/abs/") and record["citation"] and record["source"]
-        assert record["value"] in ("loss", "tier")
+        assert record["url"].startswith(("https://arxiv.org/abs/", "https://github.com/")) and record["citation"]
+        assert record["source"] and record["value"] in ("loss", "tier", "steps")
     assert list(rankings.PUBLISHED) == ["Wen et al. 130M, 1x Chinchilla",
-                                        "Semenov et al. 124M, to 16.8B tokens (tiers from their text)"]
-    wen, semenov = rankings.PUBLISHED.values()
+                                        "Semenov et al. 124M, to 16.8B tokens (tiers from their text)",
+                                        "modded-nanogpt optimization track (GPT-2 small, steps to 3.28)"]
+    wen, semenov, track = rankings.PUBLISHED.values()
+    assert track["Muon"] == track["NorMuon"] == 3250 and track["Shampoo"] == 4100 and len(track) == 6
     assert wen["Muon"] == 3.464 and wen["MARS-approx"] == 3.537 and len(wen) == 11
     assert semenov["AdEMAMix"] == 1 and semenov["AdamW"] == 3 and len(semenov) == 11
 

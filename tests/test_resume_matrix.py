@@ -67,7 +67,10 @@ MICRO_BATCH = {1: 4, 2: 4, 4: 2}
 EXTRA_ARGS = {"soap": ["--precondition_frequency=2", "--max_precond_dim=40", "--eps=1e-4"],
               "cautious-adamw": ["--bias=False"], "prodigy": ["--learning_rate=1.0", "--prodigy_d0=1e-5",
                                                                 "--prodigy_d_coef=100"],
-              "sophia": ["--sophia_hessian_interval=2"]}
+              "sophia": ["--sophia_hessian_interval=2"],
+              # tau below the tiny model's largest logits (about 0.046): every step clips, by the maximum over
+              # every rank's micro-batches
+              "muonclip": ["--qk_clip_tau=0.04"]}
 # Settings that only move parameters between two param groups of one rule: no state of their own to lose.
 GROUPING_ONLY = {"decay_embeddings"}
 

@@ -1,0 +1,88 @@
+"""
+MuonClip (Kimi Team, "Kimi K2: Open Agentic Intelligence", arXiv 2507.20534, Algorithm 1): Moonlight's Muon (its
+update RMS matched to AdamW's, decoupled weight decay: optim/moonlight.py) followed, every step, by QK-clip, which
+caps each attention head's largest logit at tau by shrinking that head's query and key weights:
+
+    Moonlight's step on every parameter (Algorithm 1, lines 1-6)
+    for each attention head h of every layer:
+        S_max^h = the largest pre-softmax logit q_i . k_j / sqrt(d) of head h over the step's batch
+                  (causal pairs j <= i, every sequence of every micro-batch on every rank)
+        if S_max^h > tau:  gamma = tau / S_max^h;  W_q^h <- sqrt(gamma) W_q^h;  W_k^h <- sqrt(gamma) W_k^h
+
+For multi-head attention (ours: GPT-2's and the Llama's) the paper scales a head's query and key blocks by sqrt(gamma)
+each (its MLA's split of the rotary parts does not arise), so that head's logits scale by exactly gamma. The authors
+published no code for it; this is their Algorithm 1 and Section 2.1 restated. Where we differ:
+  - GPT-2's attention has biases (K2's has none): a head's query and key bias entries are scaled with its rows, so
+    its logits still scale by exactly gamma;
+  - S_max^h is recorded by the model during the step's forward passes (model.CausalSelfAttention: the logits formed
+    once more beside the fused attention, no graph kept) and reduced over the ranks with one all-reduce (max) in
+    the step, on device: no second forward and no host sync.
+The paper's tau is 100 (K2); a run whose logits stay below tau is Moonlight's, step for step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from optim.contract import Loop, positive
+from optim.moonlight import Moonlight, MoonlightHyperparameters, official_groups
+from optim.sharding import local, local_rows
+
+
+@dataclass
+class MuonClipHyperparameters(MoonlightHyperparameters):
+    qk_clip_tau: float = positive(100.0)  # the largest attention logit QK-clip allows (Kimi K2's 100)
+
+    def display_name(self) -> str:
+        return "MuonClip"
+
+
+class MuonClip(Moonlight):
+    def __init__(self, params: list[dict], attention: list[nn.Module], qk_clip_tau: float = 100.0, **moonlight):
+        """params and moonlight: Moonlight's arguments. attention: the model's CausalSelfAttention modules (their
+        c_attn holds a head's query rows, then its key rows, each head's block of head_dim rows in order), which
+        record their heads' largest logits while this optimizer is built on them."""
+        super().__init__(params, **moonlight)
+        self.attention, self.qk_clip_tau = attention, qk_clip_tau
+        for module in attention:
+            module.record_max_logits()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = super().step(closure)
+        self.clip_query_keys()
+        return loss
+
+    def clip_query_keys(self) -> None:
+        """QK-clip on the step's recorded maxima (then cleared for the next step's forward passes)."""
+        if not self.attention:
+            return
+        records = [module.max_logit for module in self.attention]
+        max_logits = torch.stack(records)  # (n_layer, n_head)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(max_logits, op=dist.ReduceOp.MAX)
+        torch._foreach_zero_(records)
+        torch._foreach_add_(records, float("-inf"))
+        head_scales = torch.where(max_logits > self.qk_clip_tau, self.qk_clip_tau / max_logits, 1.0).sqrt()
+        n_embd = self.attention[0].n_embd
+        head_dim = n_embd // self.attention[0].n_head
+        query_key = head_scales.repeat_interleave(head_dim, dim=1)  # (n_layer, n_embd): a scale per row
+        row_scales = torch.cat([query_key, query_key, torch.ones_like(query_key)], dim=1)  # q, k, v rows
+        tensors = [t for module in self.attention for t in (module.c_attn.weight, module.c_attn.bias) if t is not None]
+        scales = [row_scales[layer] for layer, module in enumerate(self.attention)
+                  for t in (module.c_attn.weight, module.c_attn.bias) if t is not None]
+        scales = [scale[local_rows(t)].view(-1, *[1] * (t.ndim - 1)).to(t.dtype) for scale, t in zip(scales, tensors)]
+        torch._foreach_mul_(local(tensors), scales)
+
+
+def build_muonclip(model: nn.Module, hp: MuonClipHyperparameters, loop: Loop) -> MuonClip:
+    """Moonlight as build_moonlight builds it (the official split: the blocks' matrices on the matrix rule, the
+    embeddings, head and 1-D parameters on AdamW), with QK-clip on every attention layer."""
+    attention = [block.attn for block in model.transformer.h]
+    return MuonClip(official_groups(model), attention, hp.qk_clip_tau, lr=loop.learning_rate, wd=hp.weight_decay,
+                    momentum=hp.beta1, nesterov=hp.muon_nesterov, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
+                    adamw_eps=hp.eps, compiled=loop.compiled, ns_coefficients=hp.ns_coefficients)
