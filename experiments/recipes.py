@@ -57,6 +57,11 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                 ("warmup_iters", "beta1", "kron_precond_lr"))},
     "soap": {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                 ("warmup_iters", "beta2", "precondition_frequency"))},
+    # the hyperball optimizers: learning_rate is the hyperball's (a step of lr times each matrix's norm)
+    "adamh": {"adamh": MiniRecipe("config/mini_adamh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
+                                  ("warmup_iters", "adam_lr", "beta2"))},
+    "muonh": {"muonh": MiniRecipe("config/mini_muonh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
+                                  ("warmup_iters", "adam_lr", "muon_momentum"))},
 }
 
 

@@ -31,11 +31,12 @@ of NS_COEFFICIENTS, which the iteration reads:
 """
 
 import functools
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 
-from optim.contract import Product, setting
+from optim.contract import Hyperparameters, Product, setting
 from optim.sharding import on_owner_ranks
 
 NS5_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -73,6 +74,24 @@ def max_ns_steps(coefficients: str) -> int | None:
     """The most iterations a choice of ns_coefficients holds (None: any number)."""
     table = NS_COEFFICIENTS[coefficients]
     return None if table.repeats else len(table.iterations)
+
+
+@dataclass
+class NewtonSchulzSettings(Hyperparameters):
+    """ns_steps and ns_coefficients, for the Hyperparameters of an optimizer that takes both (a base class): a
+    config whose ns_steps is more than its ns_coefficients holds is refused as it loads."""
+
+    ns_steps: int = setting(5, 1)
+    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic or Polar Express's
+
+    def __post_init__(self) -> None:
+        from config import ConfigError
+
+        super().__post_init__()
+        most = max_ns_steps(self.ns_coefficients)
+        if most is not None and self.ns_steps > most:
+            raise ConfigError(f"ns_coefficients={self.ns_coefficients!r} holds {most} iterations: ns_steps must be at "
+                              f"most {most}, got {self.ns_steps}")
 
 
 def ns_iterations(coefficients: str, steps: int) -> tuple[tuple[float, float, float], ...]:
