@@ -28,6 +28,9 @@ of NS_COEFFICIENTS, which the iteration reads:
     coefficients tuned for a later finish), more is an error. As with NS5, we take the norm in the input's
     precision (modded-nanogpt takes it on the bf16 copy) and iterate on the wide orientation (modded-nanogpt
     iterates a tall matrix with X^T X on the right: the same polynomial).
+  - "simple": the fixed (2, -1.5, 0.5) of modded-nanogpt's optimization track (train_gpt_simple*.py, e.g.
+    records/track_3_optimization/results/20260430_muonh at f411b3d, which runs 12 iterations, eps 1e-7), any
+    number of steps: a gentler quintic (p'(1) = 0) that needs more iterations than NS5's.
 """
 
 import functools
@@ -54,6 +57,8 @@ class NSCoefficients(NamedTuple):
 
 NS_COEFFICIENTS = {
     "quintic": NSCoefficients((NS5_COEFFICIENTS,), repeats=True, safety=1.0, eps=None),
+    # modded-nanogpt's optimization track, train_gpt_simple*.py's zeropower_via_newtonschulz5
+    "simple": NSCoefficients(((2.0, -1.5, 0.5),), repeats=True, safety=1.0, eps=None),
     # modded-nanogpt train_gpt.py at 91955ec65c7f08b9fbae5bacf1d9b2713e167784, polar_express_coeffs
     "polar_express": NSCoefficients((
         (8.156554524902461, -22.48329292557795, 15.878769915207462),
@@ -82,7 +87,7 @@ class NewtonSchulzSettings(Hyperparameters):
     config whose ns_steps is more than its ns_coefficients holds is refused as it loads."""
 
     ns_steps: int = setting(5, 1)
-    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic or Polar Express's
+    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic, Polar Express's, or the modded track's simple
 
     def __post_init__(self) -> None:
         from config import ConfigError

@@ -5,7 +5,10 @@ authors' code in marin-community/marin: lib/levanter/src/levanter/optim/adamh.py
 branch) and lib/levanter/src/levanter/optim/muonh.py at ab6e485c6250984825d2ecbb983b3c02e247e062 (scale_with_muonh,
 MuonHConfig.create_mask; Newton-Schulz from levanter/optim/muon.py at 5c0dda23451c7b33662a11ace7ff244827ba4011),
 built through the registry on a tiny GPT (so the routing is part of what is checked) and run on the same gradients
-(tests/test_baselines.py's), with marin's max_grad_norm off (our loop clips, once, over the whole model).
+(tests/test_baselines.py's), with marin's max_grad_norm off (our loop clips, once, over the whole model). And
+against the authors' PyTorch versions in KellerJordan/modded-nanogpt at f411b3d346aa52d3504324ca93c230fd84c6c07f,
+records/track_3_optimization/results/20260430_muonh/train_gpt_simple_muonh.py and the AdamH script logged in
+20260430_adamh/7533dd87-107f-4a4f-8229-acbec0fb00ac.txt, in the settings that express them.
 """
 
 import pytest
@@ -73,15 +76,43 @@ def marin_step(p, g, state, rule, lr, adam_lr, hp):
     return marin_scale_invariant_update(p, u, lr)
 
 
+# ----------------------------------------------------------------------------- float64 restatements of modded-nanogpt's
+
+
+def modded_newton_schulz(g, steps=12):
+    """train_gpt_simple_muonh.py's zeropower_via_newtonschulz5 (in float64, not bf16)."""
+    x = g.T if g.size(0) > g.size(1) else g
+    x = x / (x.norm() + 1e-7)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = 2 * x + (-1.5 * gram + 0.5 * gram @ gram) @ x
+    return x.T if g.size(0) > g.size(1) else x
+
+
+def modded_step(p, g, state, rule, lr, adam_lr, hp):
+    """Their MuonH (muon_update, an EMA momentum with Nesterov as a lerp) or AdamH on the blocks' matrices, then
+    scale_invariant_update_ (||u|| and ||W'|| clamped at 1e-10); their AdamW (no decay) on the rest."""
+    if rule == "adam":
+        return p - adam_lr * marin_adam_direction(g, state, hp["adam_beta1"], hp["adam_beta2"], hp["adam_eps"])
+    if rule == "adamh":
+        u = marin_adam_direction(g, state, hp["beta1"], hp["beta2"], hp["eps"])
+    else:
+        mu = hp["muon_momentum"]
+        state["momentum"] = momentum = torch.lerp(state.get("momentum", torch.zeros_like(g)), g, 1 - mu)
+        u = modded_newton_schulz(torch.lerp(g, momentum, mu)) * max(1, g.size(0) / g.size(1)) ** 0.5
+    new_p = p - lr * u * p.norm() / torch.clamp(u.norm(), min=1e-10)
+    return new_p / torch.clamp(new_p.norm(), min=1e-10) * p.norm()
+
+
 # ----------------------------------------------------------------------------- ours against them
 
 SETTINGS = dict(learning_rate=0.05, adam_lr=3e-3, beta2=0.9, adam_beta1=0.8, adam_eps=1e-10)
 MUONH_SETTINGS = dict(muon_momentum=0.9)
 
 
-def run_against_marin(name, dtype, **settings):
-    """STEPS steps of ours (the registry's, on a tiny GPT in dtype) and of marin's restatement on the same
-    gradients: the largest relative difference of a parameter."""
+def run_against_marin(name, dtype, reference_step=marin_step, **settings):
+    """STEPS steps of ours (the registry's, on a tiny GPT in dtype) and of marin's restatement (or another
+    reference_step) on the same gradients: the largest relative difference of a parameter."""
     cfg = tiny_config(optimizer=name, **SETTINGS, **(MUONH_SETTINGS if name == "muonh" else {}), **settings)
     hp = cfg.hyperparameters.to_dict()
     torch.manual_seed(0)
@@ -94,7 +125,7 @@ def run_against_marin(name, dtype, **settings):
         grads = scheduled_step(model, optimizer, step)
         multiplier = lr_multiplier(step)
         for i, (g, state, rule) in enumerate(zip(grads, states, rules)):
-            reference[i] = marin_step(reference[i], g, state, rule, cfg.learning_rate * multiplier,
+            reference[i] = reference_step(reference[i], g, state, rule, cfg.learning_rate * multiplier,
                                       hp["adam_lr"] * multiplier, hp)
     return max(((p.detach().double() - q).norm() / q.norm()).item() for p, q in zip(model.parameters(), reference))
 
@@ -114,10 +145,23 @@ def test_hyperball_matches_marins_code(name, dtype, settings, tolerance):
     assert run_against_marin(name, dtype, **settings) < tolerance
 
 
+# modded-nanogpt's track as settings: the head with the embeddings on Adam (here tied, which the tied matrix's
+# default already does), the radius recomputed each step; MuonH's 12 iterations of their "simple" coefficients.
+MODDED = dict(hyperball_head=False, hyperball_radius="current")
+MODDED_MUONH = dict(MODDED, ns_coefficients="simple", ns_steps=12, muon_eps=1e-7)
+
+
+@pytest.mark.parametrize("name, settings", [("adamh", MODDED), ("muonh", MODDED_MUONH)])
+def test_hyperball_matches_modded_nanogpts_code(name, settings):
+    assert run_against_marin(name, torch.float32, reference_step=modded_step, **settings) < 1e-6
+
+
 @pytest.mark.parametrize("name, wrong", [("adamh", dict(hyperball_tied_embedding=True)),
                                          ("muonh", dict(ns_coefficients="polar_express"))])
 def test_the_reference_tells_settings_apart(name, wrong):
     assert run_against_marin(name, torch.float32, **wrong) > 1e-3
+    if name == "muonh":  # and modded-nanogpt's Newton-Schulz from marin's
+        assert run_against_marin(name, torch.float32, reference_step=modded_step, **MODDED) > 1e-3
 
 
 @pytest.mark.parametrize("name", ["adamh", "muonh"])
