@@ -56,7 +56,7 @@ RADII = ("initial", "current")
 
 @dataclass
 class AdamHHyperparameters(Hyperparameters):
-    beta1: float = beta(0.9)  # AdamH's (marin's Adam shares them: adam_beta1, ... default to the same values)
+    beta1: float = beta(0.9)  # AdamH's betas and eps (marin's Adam shares them; here the Adam side's are adam_*)
     beta2: float = beta(0.95)
     eps: float = setting(1e-8, 0.0)
     adam_lr: float = positive(6e-4)  # the Adam rule's peak learning rate (marin's adam_lr)

@@ -131,12 +131,12 @@ def run_against_marin(name, dtype, reference_step=marin_step, **settings):
 
 
 # AdamH to float32 rounding in float32 and to float64 rounding in float64; MuonH's Newton-Schulz runs in float32 on
-# the CPU (optim/newton_schulz.ns5_dtype) whatever the weights' dtype, so float32 rounding bounds it in both.
+# the CPU (optim/newton_schulz.ns5_dtype) whatever the weights' dtype, so float32 rounding bounds it (float64 weights
+# land at 1.6e-7: not run).
 PARITY = [pytest.param("adamh", torch.float32, {}, 2e-6, marks=pytest.mark.quick),
           ("adamh", torch.float64, {}, 1e-12),
           ("adamh", torch.float64, dict(hyperball_radius="current"), 1e-12),
           ("muonh", torch.float32, {}, 1e-6),
-          ("muonh", torch.float64, {}, 1e-6),
           ("muonh", torch.float32, dict(muon_nesterov=False, hyperball_radius="current"), 1e-6)]
 
 
