@@ -61,6 +61,11 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
     # MuonClip is Moonlight until a head's logit passes tau: Moonlight's tuned recipe, QK-clip at K2's tau.
     "muonclip": {"muonclip": MiniRecipe("config/mini_muonclip.py", (1.2e-2, 2.4e-2, 3.394e-2, 4.8e-2, 9.6e-2),
                                         ("warmup_iters", "beta1", "qk_clip_tau"))},
+    # the hyperball optimizers: learning_rate is the hyperball's (a step of lr times each matrix's norm)
+    "adamh": {"adamh": MiniRecipe("config/mini_adamh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
+                                  ("warmup_iters", "adam_lr", "beta2"))},
+    "muonh": {"muonh": MiniRecipe("config/mini_muonh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
+                                  ("warmup_iters", "adam_lr", "muon_momentum"))},
 }
 
 

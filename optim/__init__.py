@@ -20,6 +20,7 @@ import torch.nn as nn
 import config
 from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
 from optim.adam_mini import AdamMiniHyperparameters, build_adam_mini
+from optim.adamh import AdamHHyperparameters, build_adamh
 from optim.adamw import AdamWHyperparameters, build_adamw
 from optim.adopt import ADOPTHyperparameters, build_adopt
 from optim.cautious_adamw import CautiousAdamWHyperparameters, build_cautious_adamw
@@ -31,6 +32,7 @@ from optim.mars_m import MARSM, MARSMHyperparameters, build_mars_m
 from optim.moonlight import Moonlight, MoonlightHyperparameters, build_moonlight
 from optim.muon import Muon, MuonHyperparameters, build_muon
 from optim.muonclip import MuonClipHyperparameters, build_muonclip
+from optim.muonh import MuonHHyperparameters, build_muonh
 from optim.nadamw import NAdamWHyperparameters, build_nadamw
 from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
@@ -73,6 +75,9 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("soap", SOAPHyperparameters, build_soap),
         # the optimizers that lead the field in 2026
         OptimizerSpec("muonclip", MuonClipHyperparameters, build_muonclip),
+        # the hyperball optimizers (Wen et al., Fantastic Pretraining Optimizers 2.1)
+        OptimizerSpec("adamh", AdamHHyperparameters, build_adamh),
+        OptimizerSpec("muonh", MuonHHyperparameters, build_muonh),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}

@@ -28,14 +28,18 @@ of NS_COEFFICIENTS, which the iteration reads:
     coefficients tuned for a later finish), more is an error. As with NS5, we take the norm in the input's
     precision (modded-nanogpt takes it on the bf16 copy) and iterate on the wide orientation (modded-nanogpt
     iterates a tall matrix with X^T X on the right: the same polynomial).
+  - "simple": the fixed (2, -1.5, 0.5) of modded-nanogpt's optimization track (train_gpt_simple*.py, e.g.
+    records/track_3_optimization/results/20260430_muonh at f411b3d, which runs 12 iterations, eps 1e-7), any
+    number of steps: a gentler quintic (p'(1) = 0) that needs more iterations than NS5's.
 """
 
 import functools
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 
-from optim.contract import Product, setting
+from optim.contract import Hyperparameters, Product, setting
 from optim.sharding import on_owner_ranks
 
 NS5_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -53,6 +57,8 @@ class NSCoefficients(NamedTuple):
 
 NS_COEFFICIENTS = {
     "quintic": NSCoefficients((NS5_COEFFICIENTS,), repeats=True, safety=1.0, eps=None),
+    # modded-nanogpt's optimization track, train_gpt_simple*.py's zeropower_via_newtonschulz5
+    "simple": NSCoefficients(((2.0, -1.5, 0.5),), repeats=True, safety=1.0, eps=None),
     # modded-nanogpt train_gpt.py at 91955ec65c7f08b9fbae5bacf1d9b2713e167784, polar_express_coeffs
     "polar_express": NSCoefficients((
         (8.156554524902461, -22.48329292557795, 15.878769915207462),
@@ -73,6 +79,24 @@ def max_ns_steps(coefficients: str) -> int | None:
     """The most iterations a choice of ns_coefficients holds (None: any number)."""
     table = NS_COEFFICIENTS[coefficients]
     return None if table.repeats else len(table.iterations)
+
+
+@dataclass
+class NewtonSchulzSettings(Hyperparameters):
+    """ns_steps and ns_coefficients, for the Hyperparameters of an optimizer that takes both (a base class): a
+    config whose ns_steps is more than its ns_coefficients holds is refused as it loads."""
+
+    ns_steps: int = setting(5, 1)
+    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic, Polar Express's, or the modded track's simple
+
+    def __post_init__(self) -> None:
+        from config import ConfigError
+
+        super().__post_init__()
+        most = max_ns_steps(self.ns_coefficients)
+        if most is not None and self.ns_steps > most:
+            raise ConfigError(f"ns_coefficients={self.ns_coefficients!r} holds {most} iterations: ns_steps must be at "
+                              f"most {most}, got {self.ns_steps}")
 
 
 def ns_iterations(coefficients: str, steps: int) -> tuple[tuple[float, float, float], ...]:

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from config import ConfigError
-from optim.contract import Hyperparameters, Loop, MatrixProducts, Product, positive, setting
+from optim.contract import Loop, MatrixProducts, Product, positive, setting
 from optim.newton_schulz import (
-    max_ns_steps, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_coefficients_setting, ns_iterations,
+    NewtonSchulzSettings, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_iterations,
 )
 from optim.routing import parameter_kinds
 from optim.rules import GroupwiseOptimizer
@@ -42,21 +41,12 @@ NS5_EPS = 1e-7  # the authors' zeropower_via_newtonschulz5
 
 
 @dataclass
-class ScionHyperparameters(Hyperparameters):
+class ScionHyperparameters(NewtonSchulzSettings):  # (ns_steps, ns_coefficients)
     scion_momentum: float = setting(0.1, 0.0, 1.0, low_open=True)  # the weight of the new gradient (1: none kept)
     scion_hidden_scale: float = positive(3.0)  # the radius of the blocks' matrices and of 1-D parameters
     scion_input_scale: float = positive(1.0)  # the first layer's (position table; an untied token embedding)
     scion_output_scale: float = positive(10.0)  # the output layer's (the tied embedding, or an untied head)
     scion_unconstrained: bool = False
-    ns_steps: int = setting(5, 1)
-    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic or Polar Express's (optim/newton_schulz.py)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        most = max_ns_steps(self.ns_coefficients)
-        if most is not None and self.ns_steps > most:
-            raise ConfigError(f"ns_coefficients={self.ns_coefficients!r} holds {most} iterations: ns_steps must be at "
-                              f"most {most}, got {self.ns_steps}")
 
     def display_name(self) -> str:
         return "Scion"

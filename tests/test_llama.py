@@ -97,7 +97,8 @@ def test_untied_llama_flops_count_the_head_not_the_embedding_lookup():
 def test_every_optimizer_routes_every_llama_parameter_once(tied):
     """The registry's every optimizer, built on a tiny Llama (tied as llm-baselines', untied as Wen et al.'s):
     its param groups hold each parameter exactly once, the head with the embedding wherever the optimizer
-    sends the embedding (but Scion's, whose authors give the first and the output layer different norms), and
+    sends the embedding (but Scion's, whose authors give the first and the output layer different norms, and AdamH's
+    and MuonH's, whose authors put an untied head on AdamH and the embedding on Adam), and
     every SwiGLU matrix where it sends the blocks' matrices."""
     overrides = [] if tied else ["--model=llama-130m"]
     for name in OPTIMIZERS:
@@ -113,6 +114,9 @@ def test_every_optimizer_routes_every_llama_parameter_once(tied):
         if name == "scion" and not tied:  # the embedding takes the first layer's Sign, the head the output's
             assert [optimizer.param_groups[group_of[id(p)]]["lmo"] for p in kinds["embeddings"]] == [
                 "sign", "sign_normalized"], name
+        elif name in ("adamh", "muonh") and not tied:  # the embedding takes Adam, the head AdamH (marin's mask)
+            assert [optimizer.param_groups[group_of[id(p)]]["rule"] for p in kinds["embeddings"]] == [
+                "adam", "adamh"], name
         else:
             assert {group_of[id(p)] for p in kinds["embeddings"]} == {group_of[id(model.transformer.wte.weight)]}, name
         swiglu = [model.transformer.h[0].mlp.w1.weight, model.transformer.h[0].mlp.w2.weight]

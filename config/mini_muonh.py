@@ -1,0 +1,17 @@
+# MuonH for the CPU mini reproduction (after config/mini.py): the modded-nanogpt optimization track's MuonH
+# recipe (records/track_3_optimization/results/20260430_muonh) shrunk: MuonH (momentum 0.95, Nesterov) on the
+# blocks' matrices, no warmup, decayed linearly to 0 over the whole run; Adam on the rest (the tied embedding,
+# the norms) with betas 0.8/0.95, eps 1e-10, no weight decay, at lr 3e-3 (Muon's lr_1d here). The learning rate
+# is the hyperball's (each step moves a matrix by lr times its norm): the authors' 0.018 until the sweep (its grid
+# here, not yet run) picks this testbed's.
+optimizer = "muonh"
+learning_rate = 1.8e-2
+warmup_iters = 0
+lr_schedule = "wsd"
+wsd_decay_frac = 1.0
+muon_momentum = 0.95
+adam_lr = 3e-3
+adam_beta1 = 0.8
+adam_beta2 = 0.95
+adam_eps = 1e-10
+adam_weight_decay = 0.0
