@@ -19,6 +19,7 @@ import torch.nn as nn
 
 import config
 from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
+from optim.adamuon import AdaMuonHyperparameters, build_adamuon
 from optim.adam_mini import AdamMiniHyperparameters, build_adam_mini
 from optim.adamw import AdamWHyperparameters, build_adamw
 from optim.adopt import ADOPTHyperparameters, build_adopt
@@ -31,6 +32,7 @@ from optim.mars_m import MARSM, MARSMHyperparameters, build_mars_m
 from optim.moonlight import Moonlight, MoonlightHyperparameters, build_moonlight
 from optim.muon import Muon, MuonHyperparameters, build_muon
 from optim.nadamw import NAdamWHyperparameters, build_nadamw
+from optim.normuon import NorMuonHyperparameters, build_normuon
 from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
 from optim.scion import ScionHyperparameters, build_scion
@@ -70,6 +72,8 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("scion", ScionHyperparameters, build_scion),
         OptimizerSpec("kron", KronHyperparameters, build_kron),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap),
+        OptimizerSpec("normuon", NorMuonHyperparameters, build_normuon),
+        OptimizerSpec("adamuon", AdaMuonHyperparameters, build_adamuon),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}
