@@ -60,6 +60,8 @@ class NorMuonHyperparameters(SideAdamW):
 
 
 class NorMuon(Muon):
+    side_state_sharded = True  # v, a (rows, 1) column, is sharded under FSDP as the parameter's rows (bench.memory)
+
     def __init__(self, params: Iterable, lr: float = 0.02, weight_decay: float = 0.0, momentum: float = 0.95,
                  beta2: float = 0.95, nesterov: bool = True, ns_steps: int = 5, adamw_lr: float = 3e-4,
                  adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-10,
