@@ -14,11 +14,11 @@ import optim.newton_schulz
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.adamuon import AdaMuon
-from test_baselines import STEPS, lr_multiplier, scheduled_step
 from test_optim import TINY, tiny_config
 from test_optim_mars_m import official_ns5
+from test_optim_normuon import run_beside_reference
 
-SETTINGS = dict(learning_rate=1e-2, weight_decay=0.1, muon_momentum=0.9, beta1_1d=0.8, beta2_1d=0.95, eps=1e-8)
+SETTINGS = dict(compile=False, learning_rate=1e-2, weight_decay=0.1, muon_momentum=0.9, beta1_1d=0.8, beta2_1d=0.95, eps=1e-8)
 
 
 def adamuon_reference(p, g, state, lr, hp):
@@ -55,29 +55,20 @@ def route(name: str, p: torch.Tensor) -> str:
     return "adamuon" if p.ndim == 2 and ".h." in name else "decay" if p.ndim == 2 else "no_decay"
 
 
+def reference_step(name, on_matrix_rule, p, g, state, multiplier, hp):
+    """AdaMuon on the blocks' matrices, AdamW on the rest (the embeddings decayed), all at the one rate."""
+    lr = hp["learning_rate"] * multiplier
+    if on_matrix_rule:
+        adamuon_reference(p, g, state, lr, hp)
+    else:
+        adamw_reference(p, g, state, lr, hp["weight_decay"] if route(name, p) == "decay" else 0.0, hp)
+
+
 def run_both(dtype: torch.dtype, reference_settings: dict | None = None, **settings) -> list[tuple[str, bool, float]]:
-    """STEPS steps of ours (through the registry) and of the reference (its settings ours, or reference_settings
-    over them): each parameter's name, whether it is on the matrix rule, and relative difference."""
-    cfg = tiny_config(optimizer="adamuon", **{**SETTINGS, **settings})
-    hp = cfg.hyperparameters.to_dict() | (reference_settings or {})
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY)).to(dtype)
-    reference = [p.detach().double().clone() for p in model.parameters()]
-    optimizer = build_optimizer(model, cfg, "cpu")
-    assert isinstance(optimizer, AdaMuon)
-    routed = {id(p) for g in optimizer.param_groups if g["use_muon"] for p in g["params"]}
-    assert routed == {id(p) for n, p in model.named_parameters() if route(n, p) == "adamuon"}
-    states = [{} for _ in reference]
-    for step in range(STEPS):
-        grads = scheduled_step(model, optimizer, step)
-        lr = cfg.learning_rate * lr_multiplier(step)
-        for (name, p), q, g, state in zip(model.named_parameters(), reference, grads, states):
-            if route(name, p) == "adamuon":
-                adamuon_reference(q, g, state, lr, hp)
-            else:
-                adamw_reference(q, g, state, lr, hp["weight_decay"] if route(name, p) == "decay" else 0.0, hp)
-    return [(n, route(n, p) == "adamuon", ((p.detach().double() - q).norm() / q.norm()).item())
-            for (n, p), q in zip(model.named_parameters(), reference)]
+    errors = run_beside_reference("adamuon", {**SETTINGS, **settings}, dtype,
+                                  lambda n, p: route(n, p) == "adamuon", reference_step, reference_settings)
+    assert isinstance(build_optimizer(GPT(GPTConfig(**TINY)), tiny_config(optimizer="adamuon"), "cpu"), AdaMuon)
+    return errors
 
 
 @pytest.mark.quick

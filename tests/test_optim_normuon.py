@@ -17,7 +17,7 @@ from test_baselines import STEPS, lr_multiplier, scheduled_step
 from test_optim import TINY, tiny_config
 from test_optim_mars_m import official_ns5
 
-SETTINGS = dict(learning_rate=2e-2, weight_decay=0.1, muon_momentum=0.9, normuon_beta2=0.8, lr_1d=3e-3,
+SETTINGS = dict(compile=False, learning_rate=2e-2, weight_decay=0.1, muon_momentum=0.9, normuon_beta2=0.8, lr_1d=3e-3,
                 weight_decay_1d=0.05, beta1_1d=0.8, beta2_1d=0.95, eps=1e-8)
 
 
@@ -50,33 +50,49 @@ def adam_reference(p, g, state, lr, hp):
     p.mul_(1 - lr * hp["weight_decay_1d"]).add_(update, alpha=-lr)
 
 
+def run_beside_reference(name: str, settings: dict, dtype: torch.dtype, on_matrix_rule, reference_step,
+                         reference_settings: dict | None = None) -> list[tuple[str, bool, float]]:
+    """STEPS steps of optimizer `name` (through the registry, on the tiny GPT in dtype) and of the reference
+    (reference_step(parameter name, on the matrix rule, float64 copy, gradient, state, lr multiplier, settings),
+    its settings ours, or reference_settings over them): each parameter's name, whether it is on the matrix rule
+    (on_matrix_rule(name, parameter), which the builder's use_muon groups must agree with), and relative
+    difference."""
+    cfg = tiny_config(optimizer=name, **settings)
+    hp = cfg.hyperparameters.to_dict() | dict(learning_rate=cfg.learning_rate) | (reference_settings or {})
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY)).to(dtype)
+    reference = [p.detach().double().clone() for p in model.parameters()]
+    optimizer = build_optimizer(model, cfg, "cpu")
+    matrix_rule = [on_matrix_rule(n, p) for n, p in model.named_parameters()]
+    routed = {id(p) for g in optimizer.param_groups if g["use_muon"] for p in g["params"]}
+    assert routed == {id(p) for p, on in zip(model.parameters(), matrix_rule) if on}
+    states = [{} for _ in reference]
+    for step in range(STEPS):
+        grads = scheduled_step(model, optimizer, step)
+        for (n, _), on, q, g, state in zip(model.named_parameters(), matrix_rule, reference, grads, states):
+            reference_step(n, on, q, g, state, lr_multiplier(step), hp)
+    return [(n, on, ((p.detach().double() - q).norm() / q.norm()).item())
+            for (n, p), on, q in zip(model.named_parameters(), matrix_rule, reference)]
+
+
 def on_normuon(name: str, p: torch.Tensor) -> bool:
     """The routing: the blocks' matrices (not the embeddings, the tied head, the 1-D parameters)."""
     return p.ndim == 2 and ".h." in name
 
 
+def reference_step(name, on_matrix_rule, p, g, state, multiplier, hp):
+    """NorMuon on the blocks' matrices, the authors' Adam at lr_1d on the rest."""
+    if on_matrix_rule:
+        normuon_reference(p, g, state, hp["learning_rate"] * multiplier, hp)
+    else:
+        adam_reference(p, g, state, hp["lr_1d"] * multiplier, hp)
+
+
 def run_both(dtype: torch.dtype, reference_settings: dict | None = None, **settings) -> list[tuple[str, bool, float]]:
-    """STEPS steps of ours (through the registry) and of the reference (its settings ours, or reference_settings
-    over them): each parameter's name, whether it is on the matrix rule, and relative difference."""
-    cfg = tiny_config(optimizer="normuon", **{**SETTINGS, **settings})
-    hp = cfg.hyperparameters.to_dict() | (reference_settings or {})
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY)).to(dtype)
-    reference = [p.detach().double().clone() for p in model.parameters()]
-    optimizer = build_optimizer(model, cfg, "cpu")
-    assert isinstance(optimizer, NorMuon)
-    routed = {id(p) for g in optimizer.param_groups if g["use_muon"] for p in g["params"]}
-    assert routed == {id(p) for n, p in model.named_parameters() if on_normuon(n, p)}
-    states = [{} for _ in reference]
-    for step in range(STEPS):
-        grads = scheduled_step(model, optimizer, step)
-        for (name, p), q, g, state in zip(model.named_parameters(), reference, grads, states):
-            if on_normuon(name, p):
-                normuon_reference(q, g, state, cfg.learning_rate * lr_multiplier(step), hp)
-            else:
-                adam_reference(q, g, state, hp["lr_1d"] * lr_multiplier(step), hp)
-    return [(n, on_normuon(n, p), ((p.detach().double() - q).norm() / q.norm()).item())
-            for (n, p), q in zip(model.named_parameters(), reference)]
+    errors = run_beside_reference("normuon", {**SETTINGS, **settings}, dtype, on_normuon, reference_step,
+                                  reference_settings)
+    assert isinstance(build_optimizer(GPT(GPTConfig(**TINY)), tiny_config(optimizer="normuon"), "cpu"), NorMuon)
+    return errors
 
 
 @pytest.mark.quick
