@@ -17,8 +17,8 @@ from test_baselines import STEPS, lr_multiplier, scheduled_step
 from test_optim import TINY, tiny_config
 from test_optim_mars_m import official_ns5
 
-SETTINGS = dict(compile=False, learning_rate=2e-2, weight_decay=0.1, muon_momentum=0.9, normuon_beta2=0.8, lr_1d=3e-3,
-                weight_decay_1d=0.05, beta1_1d=0.8, beta2_1d=0.95, eps=1e-8)
+SETTINGS = dict(compile=False, learning_rate=2e-2, weight_decay=0.1, muon_momentum=0.9, normuon_beta2=0.8,
+                lr_1d=3e-3, weight_decay_1d=0.05, beta1_1d=0.8, beta2_1d=0.95, eps=1e-8)
 
 
 def normuon_reference(p, g, state, lr, hp):
@@ -95,8 +95,7 @@ def run_both(dtype: torch.dtype, reference_settings: dict | None = None, **setti
     return errors
 
 
-@pytest.mark.quick
-@pytest.mark.parametrize("nesterov", [True, False])
+@pytest.mark.parametrize("nesterov", [pytest.param(True, marks=pytest.mark.quick), False])
 def test_normuon_matches_its_authors_reference(nesterov):
     errors = run_both(torch.float32, muon_nesterov=nesterov)
     assert max(e for _, _, e in errors) < 2e-6, errors
