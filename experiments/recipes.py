@@ -66,6 +66,10 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                   ("warmup_iters", "adam_lr", "beta2"))},
     "muonh": {"muonh": MiniRecipe("config/mini_muonh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
                                   ("warmup_iters", "adam_lr", "muon_momentum"))},
+    "normuon": {"normuon": MiniRecipe("config/mini_normuon.py", (1e-2, 2e-2, 4e-2, 8e-2, 1.6e-1),
+                                      ("warmup_iters", "muon_momentum", "normuon_beta2"))},
+    "adamuon": {"adamuon": MiniRecipe("config/mini_adamuon.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
+                                      ("warmup_iters", "muon_momentum"))},
 }
 
 

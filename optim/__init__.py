@@ -19,6 +19,7 @@ import torch.nn as nn
 
 import config
 from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
+from optim.adamuon import AdaMuonHyperparameters, build_adamuon
 from optim.adam_mini import AdamMiniHyperparameters, build_adam_mini
 from optim.adamh import AdamHHyperparameters, build_adamh
 from optim.adamw import AdamWHyperparameters, build_adamw
@@ -34,6 +35,7 @@ from optim.muon import Muon, MuonHyperparameters, build_muon
 from optim.muonclip import MuonClipHyperparameters, build_muonclip
 from optim.muonh import MuonHHyperparameters, build_muonh
 from optim.nadamw import NAdamWHyperparameters, build_nadamw
+from optim.normuon import NorMuonHyperparameters, build_normuon
 from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
 from optim.scion import ScionHyperparameters, build_scion
@@ -78,6 +80,8 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         # the hyperball optimizers (Wen et al., Fantastic Pretraining Optimizers 2.1)
         OptimizerSpec("adamh", AdamHHyperparameters, build_adamh),
         OptimizerSpec("muonh", MuonHHyperparameters, build_muonh),
+        OptimizerSpec("normuon", NorMuonHyperparameters, build_normuon),
+        OptimizerSpec("adamuon", AdaMuonHyperparameters, build_adamuon),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}

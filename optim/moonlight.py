@@ -93,9 +93,12 @@ def rms_matched_step_(params: list[torch.Tensor], directions: list[torch.Tensor]
     decoupled_step_(params, updates, group["lr"], group["weight_decay"])
 
 
+ADAMW_UPDATE_RMS = 0.2  # the RMS of a typical AdamW update, which Moonlight and AdaMuon scale theirs to
+
+
 def rms_matching_scale(rows: int, cols: int) -> float:
     """0.2 * sqrt(max(A, B)): an orthogonal A x B update then has about AdamW's RMS, 0.2."""
-    return 0.2 * math.sqrt(max(rows, cols))
+    return ADAMW_UPDATE_RMS * math.sqrt(max(rows, cols))
 
 
 # The official MARS-M/Moonlight scripts' split: the blocks' matrices on the matrix rule; the embeddings,

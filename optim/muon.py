@@ -66,18 +66,20 @@ class Muon(MatrixProducts, GroupwiseOptimizer):
         weight_decay: float = 0.0, ns_steps: int = 5, adamw_lr: float = 3e-3,
         adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8, adamw_weight_decay: float = 0.1,
         *, compiled: bool = True, adamw_variant: str = "torch", ns_coefficients: str = "quintic",
+        matrix_defaults: dict | None = None,
     ):
         """params: tensors (2-D ones go to Muon, the rest to AdamW) or param groups
         that each say use_muon=True/False; a group's missing settings come from the
         arguments of its kind (lr, momentum, ... for Muon; adamw_* for AdamW).
         adamw_variant: the AdamW arithmetic, one of rules.ADAMW_VARIANTS ("official-mars":
         the official repository's optimizers/adamw.py, which its train_muon.py uses).
-        ns_coefficients: Newton-Schulz's coefficients, a key of newton_schulz.NS_COEFFICIENTS."""
+        ns_coefficients: Newton-Schulz's coefficients, a key of newton_schulz.NS_COEFFICIENTS.
+        matrix_defaults: the matrix groups' further settings (a variant's own: NorMuon's beta2, AdaMuon's eps)."""
         if adamw_variant not in ADAMW_VARIANTS:
             raise ValueError(f"adamw_variant {adamw_variant!r}: choose one of {', '.join(ADAMW_VARIANTS)}")
         self.adamw_variant = adamw_variant
         self.muon_defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                                  ns_steps=ns_steps, ns_coefficients=ns_coefficients)
+                                  ns_steps=ns_steps, ns_coefficients=ns_coefficients, **(matrix_defaults or {}))
         self.adamw_defaults = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps, weight_decay=adamw_weight_decay)
         self.compiled = compiled
         params = list(params)
@@ -132,6 +134,16 @@ class Muon(MatrixProducts, GroupwiseOptimizer):
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state["momentum_buffer"]
+
+
+def ema_momentum(params: list[torch.Tensor], buffers: list[torch.Tensor], momentum: float,
+                 nesterov: bool) -> list[torch.Tensor]:
+    """The direction of Keller Jordan's current Muon (and of NorMuon and AdaMuon, which keep it), its momentum an
+    average: b <- lerp(b, g, 1 - momentum); u = lerp(g, b, momentum) with Nesterov, else b. (Muon above sums,
+    b <- momentum b + g, as the MARS repository's: the same direction up to a factor Newton-Schulz divides out.)"""
+    grads = [p.grad for p in params]
+    torch._foreach_lerp_(buffers, grads, 1.0 - momentum)
+    return torch._foreach_lerp(grads, buffers, momentum) if nesterov else buffers
 
 
 def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:

@@ -63,6 +63,16 @@ def gather_whole(tensors: Tensors) -> Tensors:
             for i, t in enumerate(tensors)]
 
 
+def row_zeros_like(tensor: torch.Tensor) -> torch.Tensor:
+    """A (rows, 1) column of zeros, one per row of the tensor, held as the tensor holds its rows (a DTensor sharded
+    on dim 0 like it: each rank keeps the entries of its rows); a per-row statistic (NorMuon's)."""
+    if not isinstance(tensor, DTensor):
+        return tensor.new_zeros(tensor.shape[0], 1)
+    block = tensor.to_local().new_zeros(tensor.to_local().shape[0], 1)
+    return DTensor.from_local(block, tensor.device_mesh, tensor.placements, run_check=False,
+                              shape=torch.Size((tensor.shape[0], 1)), stride=(1, 1))
+
+
 def local_rows(tensor: torch.Tensor) -> slice:
     """The rows of the whole tensor that this rank holds (all of them when it is not sharded)."""
     if not isinstance(tensor, DTensor):

@@ -1,0 +1,14 @@
+# NorMuon for the CPU mini reproduction (after config/mini.py): Muon's mini split (the blocks' matrices on
+# NorMuon; the embeddings and the 1-D parameters on AdamW with betas 0.9/0.95 at lr_1d 3e-3) and schedule
+# (constant, then linear to 0 over the last 2%), the authors' momentum and beta2 0.95. NorMuon's update has
+# Muon's norm, so the rate starts where Muon's tuned one is; it comes from the sweep, which has not run yet.
+optimizer = "normuon"
+learning_rate = 4e-2
+weight_decay = 1e-3
+warmup_iters = 0
+muon_momentum = 0.95
+normuon_beta2 = 0.95
+lr_1d = 3e-3
+weight_decay_1d = 0.1
+lr_schedule = "wsd"
+wsd_decay_frac = 0.02
