@@ -22,7 +22,7 @@ and the head on the scalar optimizer, undecayed (our 1-D parameters, which their
 
 orthonormal() is Cholesky QR, twice (CholeskyQR2), in float64: the Gram matrix P^T P (r x r), its Cholesky
 factor T (upper triangular; shifted by float64's eps times its trace, so that a rank-deficient P does not
-fail), P <- P T^{-1}; and again on the result. That is the QR decomposition's Q factor up to the signs of
+fail), P <- P T^{-1} (T's r x r inverse by a triangular solve, then a product); and again on the result. That is the QR decomposition's Q factor up to the signs of
 its columns, which the update and the error feedback do not see (P and R flip together): the reference's
 randomized Cholesky QR ("rcqr", its default: a random sketch, Householder QR of the sketch, one Cholesky QR)
 gives the same Q to rounding, without a random sketch or a QR of an m x r matrix.
@@ -127,7 +127,7 @@ class Dion(MatrixProducts, ListwiseOptimizer):
             rows, cols = (n, m) if transposed(shape) else (m, n)  # B = M or M^T: rows x cols
             products += [Product(count, rows, cols, r, dtype),  # P = B Q
                          Product(count, r, rows, r, torch.float64, 2.0),  # the Grams
-                         Product(count, rows, r, r, torch.float64, 2.0),  # P T^{-1}
+                         Product(count, rows, r, r, torch.float64, 2.0),  # P T^{-1} (T^{-1} by a solve: r x r)
                          Product(count, cols, rows, r, dtype),  # R = B^T P
                          Product(count, m, r, n, dtype, 2.0)]  # the error feedback, the update
         return products
@@ -172,8 +172,8 @@ class Dion(MatrixProducts, ListwiseOptimizer):
 
 
 class Stack:
-    """The matrices of one shape in one param group, stacked: their local rows of M (B, rows, n), their Q
-    (B, q, r) whole, and where the step's intermediate results go."""
+    """The matrices of one shape in one param group: their local rows of M stacked (B, rows, n) and their Q
+    (B, min(m, n), r), whole; and the state tensors (momenta, Qs) the step writes them back to."""
 
     def __init__(self, group: dict, params: Tensors, state: dict):
         self.group, self.params = group, params
@@ -182,7 +182,6 @@ class Stack:
         self.rows = local_rows(params[0])
         self.momenta = local([state[p]["momentum"] for p in params])
         self.Qs = [state[p]["Q"] for p in params]
-        torch._foreach_add_(self.momenta, local([p.grad for p in params]))
         self.M = torch.stack(self.momenta)
         self.Q = torch.stack(self.Qs)
 
@@ -190,6 +189,8 @@ class Stack:
 def dion_step_(stacks: list[tuple[dict, Tensors]], state: dict) -> None:
     """One Dion step of every matrix, stack by stack, with one all-reduce per phase for all of them under FSDP."""
     group = shard_group([p for _, params in stacks for p in params])
+    for _, params in stacks:  # M <- M + G
+        torch._foreach_add_(local([state[p]["momentum"] for p in params]), local([p.grad for p in params]))
     stacks = [Stack(g, params, state) for g, params in stacks]
     # P = B Q: row-local (M Q), or a sum over row blocks (M^T Q, transposed)
     Ps = [s.M.mT @ s.Q[:, s.rows] if s.transposed else s.M @ s.Q for s in stacks]
@@ -245,7 +246,8 @@ def cholesky_qr2(Ps: Tensors, sharded: list[bool], group: dist.ProcessGroup | No
                 nonzero.append(trace > 0)
             G.diagonal(dim1=-2, dim2=-1).add_(trace[..., 0] * torch.finfo(torch.float64).eps)
             T, _ = torch.linalg.cholesky_ex(G, upper=True)
-            Ps[i] = torch.linalg.solve_triangular(T, Ps[i], upper=True, left=False)
+            identity = torch.eye(T.shape[-1], dtype=T.dtype, device=T.device).expand_as(T)
+            Ps[i] = Ps[i] @ torch.linalg.solve_triangular(T, identity, upper=True)  # P T^{-1}: a product
     return [P.to(dtype) for P, dtype in zip(Ps, dtypes)], nonzero
 
 

@@ -2,7 +2,8 @@
 Every matrix optimizer of the registry (each one whose step is matrix products: optim.contract.MatrixProducts),
 on 2 ranks (`torchrun --nproc_per_node=2`, gloo) and on 4 (a scenario of the resume matrix's 4-rank launch), with
 plain parameters (DDP: every rank holds them whole) and with FSDP2's sharded ones, equals one process number for
-number; and each rank runs Newton-Schulz only on its share of the matrices, batched by shape.
+number (Dion's sharded step, which sums its products over the ranks' row blocks, to float32 rounding:
+ROW_BLOCK_SUMS); and each rank runs Newton-Schulz only on its share of the matrices, batched by shape.
 
 The model has two blocks, so that matrices of one shape are batched (and shared out over the owner ranks), and
 widths that split unevenly over 2 and 4 ranks. The two ranks' part is a scenario of the session's two-rank launch

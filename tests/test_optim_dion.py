@@ -69,7 +69,7 @@ def reference_adamw(X, G, state, lr, beta1, beta2, epsilon, step):
 def run_against_reference(dtype: torch.dtype, **settings) -> tuple[float, float]:
     """STEPS steps of ours (in dtype) and the reference (float64) on the same gradients: the largest relative
     difference of a matrix on Dion, and of a parameter on AdamW."""
-    cfg = tiny_config(optimizer="dion", learning_rate=2e-2, **settings)
+    cfg = tiny_config(optimizer="dion", learning_rate=2e-2, compile=False, **settings)
     hp = cfg.hyperparameters
     torch.manual_seed(0)
     model = GPT(GPTConfig(**TINY)).to(dtype)
@@ -135,3 +135,40 @@ def test_an_all_zero_momentum_keeps_q_and_moves_only_by_weight_decay():
     initial = torch.randn(Q.shape, generator=generator)
     torch.testing.assert_close(X.detach(), before * (1 - 0.1 * 0.5))
     torch.testing.assert_close(Q, initial / (initial.norm(dim=0, keepdim=True) + 1e-8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dion_stacks_matrices_and_declares_their_products(dtype):
+    """The matrices of one shape run as one stack: each gets what it gets alone (to its dtype's rounding: a batched
+    product need not round as one alone), tall, square and wide (transposed) ones. And products() is what a step
+    computes: torch's FLOP counter over a step counts the FLOPs it declares (the error feedback's in-place baddbmm
+    counted as baddbmm)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    shapes = [(48, 16), (16, 48), (48, 16), (24, 24), (16, 48), (48, 16)]
+    torch.manual_seed(0)
+    weights = [torch.randn(shape, dtype=dtype) * 0.1 for shape in shapes]
+    together = [torch.nn.Parameter(w.clone()) for w in weights]
+    alone = [torch.nn.Parameter(w.clone()) for w in weights]
+    settings = dict(lr=2e-2, weight_decay=0.1, rank_fraction=0.5)
+    optimizers = [Dion([dict(params=together)], **settings)]
+    optimizers += [Dion([dict(params=[p])], **settings) for p in alone]
+    for position, (optimizer, p) in enumerate(zip(optimizers[1:], alone)):  # each alone draws its Q of together
+        optimizer._position[p] = position
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        for p, q in zip(together, alone):
+            p.grad = torch.randn(p.shape, generator=gen, dtype=dtype)
+            q.grad = p.grad.clone()
+        for optimizer in optimizers:
+            optimizer.step()
+    for shape, p, q in zip(shapes, together, alone):
+        assert ((p - q).norm() / q.norm()).item() < 10 * torch.finfo(dtype).eps, shape
+
+    def in_place_baddbmm(self_shape, a_shape, b_shape, out_shape=None, **kwargs) -> int:  # (the counter has none)
+        return 2 * math.prod(a_shape) * b_shape[-1]
+
+    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: in_place_baddbmm}) as counter:
+        optimizers[0].step()
+    declared = sum(product.flops() for product in optimizers[0].products())
+    assert counter.get_total_flops() == pytest.approx(declared, rel=1e-12)
