@@ -728,12 +728,13 @@ def test_adam_mini_matches_its_authors_package():
         assert error < 2e-6, f"adam-mini: {name} relative error {error:.1e}"
 
 
-@pytest.mark.parametrize("name", ["nadamw", "prodigy", "sophia", "adam-mini", "scion", "kron", "soap"])
+@pytest.mark.parametrize("name", ["nadamw", "prodigy", "sophia", "adam-mini", "scion", "kron", "soap", "dion"])
 def test_a_step_reads_no_tensor_on_the_host(name):
     """On the meta device a tensor has no value to read: a step that synced with the host (.item(), a
     tensor in an if) would fail there, as it would stall a GPU. Prodigy's one step size over the whole model
     stays a tensor (its reference reads each parameter's dot product with .item()); Adam-mini's block statistics
-    and Scion's whole-tensor rms too."""
+    and Scion's whole-tensor rms too, and Dion's all-zero check (its reference's is arithmetic too; cholesky_ex's info
+    is not read)."""
     with torch.device("meta"):
         model = GPT(GPTConfig(**TINY))
     optimizer = build_optimizer(model, tiny_config(optimizer=name), "cpu")
