@@ -22,10 +22,11 @@ and the head on the scalar optimizer, undecayed (our 1-D parameters, which their
 
 orthonormal() is Cholesky QR, twice (CholeskyQR2), in float64: the Gram matrix P^T P (r x r), its Cholesky
 factor T (upper triangular; shifted by float64's eps times its trace, so that a rank-deficient P does not
-fail), P <- P T^{-1} (T's r x r inverse by a triangular solve, then a product); and again on the result. That is the QR decomposition's Q factor up to the signs of
-its columns, which the update and the error feedback do not see (P and R flip together): the reference's
-randomized Cholesky QR ("rcqr", its default: a random sketch, Householder QR of the sketch, one Cholesky QR)
-gives the same Q to rounding, without a random sketch or a QR of an m x r matrix.
+fail), P <- P T^{-1} (T's r x r inverse by a triangular solve, then a product); and again on the result.
+That is the QR decomposition's Q factor up to the signs of its columns, which the update and the error
+feedback do not see (P and R flip together): the reference's randomized Cholesky QR ("rcqr", its default: a
+random sketch, Householder QR of the sketch, one Cholesky QR) gives the same Q to rounding, without a random
+sketch or a QR of an m x r matrix.
 
 The step is batched: the matrices of one shape run as one stack of products (torch.bmm), and the few
 collectives each serve every matrix at once. Under data_parallel=fsdp each rank holds rows of X, G and M
@@ -258,7 +259,8 @@ def all_reduce_(tensors: Tensors, group: dist.ProcessGroup | None) -> None:
         return
     flat = torch.cat([t.reshape(-1) for t in tensors])
     dist.all_reduce(flat, group=group)
-    torch._foreach_copy_(tensors, [part.view_as(t) for part, t in zip(flat.split([t.numel() for t in tensors]), tensors)])
+    parts = flat.split([t.numel() for t in tensors])
+    torch._foreach_copy_(tensors, [part.view_as(t) for part, t in zip(parts, tensors)])
 
 
 # Their train.py: the blocks' matrices on Dion (decayed); the embeddings and the head on the scalar optimizer, at
