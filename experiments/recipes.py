@@ -70,6 +70,7 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                       ("warmup_iters", "muon_momentum", "normuon_beta2"))},
     "adamuon": {"adamuon": MiniRecipe("config/mini_adamuon.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
                                       ("warmup_iters", "muon_momentum"))},
+    "dion": {"dion": MiniRecipe("config/mini_dion.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2), ("warmup_iters", "dion_momentum", "rank_fraction"))},
 }
 
 

@@ -82,6 +82,8 @@ LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its
     "beta3": (0.99, 0.995, 0.999, 0.9995, 0.9999),
     "alpha": (2.0, 4.0, 8.0, 16.0),
     "precondition_frequency": (1, 3, 10, 30, 100),
+    "dion_momentum": (0.8, 0.85, 0.9, 0.95, 0.98),
+    "rank_fraction": (0.125, 0.25, 0.5, 1.0),
 }
 
 

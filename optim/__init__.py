@@ -26,6 +26,7 @@ from optim.adamw import AdamWHyperparameters, build_adamw
 from optim.adopt import ADOPTHyperparameters, build_adopt
 from optim.cautious_adamw import CautiousAdamWHyperparameters, build_cautious_adamw
 from optim.contract import Builder, Hyperparameters, Loop
+from optim.dion import DionHyperparameters, build_dion
 from optim.kron import KronHyperparameters, build_kron
 from optim.lion import LionHyperparameters, build_lion
 from optim.mars import MARS, MARSHyperparameters, build_mars
@@ -82,6 +83,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("muonh", MuonHHyperparameters, build_muonh),
         OptimizerSpec("normuon", NorMuonHyperparameters, build_normuon),
         OptimizerSpec("adamuon", AdaMuonHyperparameters, build_adamuon),
+        OptimizerSpec("dion", DionHyperparameters, build_dion),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}

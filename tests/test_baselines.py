@@ -729,12 +729,13 @@ def test_adam_mini_matches_its_authors_package():
 
 
 @pytest.mark.parametrize("name", ["nadamw", "prodigy", "sophia", "adam-mini", "scion", "kron", "soap", "muonclip",
-                                  "adamh", "muonh", "normuon", "adamuon"])
+                                  "adamh", "muonh", "normuon", "adamuon", "dion"])
 def test_a_step_reads_no_tensor_on_the_host(name):
     """On the meta device a tensor has no value to read: a step that synced with the host (.item(), a
     tensor in an if) would fail there, as it would stall a GPU. Prodigy's one step size over the whole model
     stays a tensor (its reference reads each parameter's dot product with .item()); Adam-mini's block statistics,
-    Scion's whole-tensor rms and NorMuon's and AdaMuon's whole-matrix norms too."""
+    Scion's whole-tensor rms, NorMuon's and AdaMuon's whole-matrix norms and Dion's all-zero check too (its
+    reference's is arithmetic too; cholesky_ex's info is not read)."""
     with torch.device("meta"):
         model = GPT(GPTConfig(**TINY))
     optimizer = build_optimizer(model, tiny_config(optimizer=name), "cpu")

@@ -259,15 +259,21 @@ if __name__ == "__main__":  # torchrun: tests/test_memory.py OUT DATA_PARALLEL[,
 
 
 def test_state_sized_by_sides_is_counted_at_the_real_widths():
-    """SOAP's statistics and bases and Kron's preconditioners are matrices sized by a parameter's sides, which the
-    probe's small model cannot scale up: on GPT-2 small, bench.memory's state (a one-block model on the meta
-    device, times its blocks) is, to the byte, what their rules make of each parameter."""
+    """SOAP's statistics and bases, Kron's preconditioners and Dion's low-rank Q are matrices sized by a parameter's
+    sides, which the probe's small model cannot scale up: on GPT-2 small, bench.memory's state (a one-block model on
+    the meta device, times its blocks) is, to the byte, what their rules make of each parameter."""
+    from optim.dion import dion_rank
     from optim.kron import layout_of
 
-    for name, depth in [("soap", []), ("kron", []), ("kron", ["--n_layer=24"])]:  # (a second depth, same widths)
+    for name, depth in [("soap", []), ("kron", []), ("kron", ["--n_layer=24"]), ("dion", [])]:  # (a second depth)
         cfg = load_config(["config/gpt2_small.py", f"config/paper_{name}.py", *depth])
         hp, expected = cfg.hyperparameters, 0
         for t in model_tensors(cfg):
+            if name == "dion":  # a matrix's momentum and its low-rank Q, min(m, n) x r; AdamW's m, v and step count
+                on_dion = t.kind in ("attention", "mlp") and len(t.shape) == 2
+                expected += (4 * t.numel + 4 * min(t.shape) * dion_rank(t.shape, hp.rank_fraction, hp.rank_multiple_of)
+                             if on_dion else 8 * t.numel + 4)
+                continue
             expected += 4 * t.numel * (2 if name == "soap" else 1)  # SOAP's m and v, Kron's m
             if name == "soap" and (len(t.shape) == 2 or hp.precondition_1d):
                 expected += 4 * 2 * sum(n * n for n in t.shape if n <= hp.max_precond_dim)  # GG and Q per side

@@ -1,0 +1,175 @@
+"""
+Dion (optim/dion.py) against a float64 restatement of its authors' reference implementation: microsoft/dion at
+0a059a4, dion/dion_reference.py (the single-device path of Dion.step: dion_update, power_iteration, orthogonalize
+with its default "rcqr", fix_all_zero_or_nan; the init of Q and the rank in _init_opt_state_dion) and
+dion/scalar_opts.py (adamw_update), with the routing of its train.py (the blocks' matrices on Dion, the embeddings
+and the head on AdamW with betas 0.95/0.98, undecayed, at the same learning rate). Run through the registry on a
+tiny GPT on the same gradients (test_baselines.py's) for several steps, at a changing learning rate.
+
+Restated in float64 throughout: the reference casts to float32 inside orthogonalize() and for Q's column
+normalisation (to upcast bf16; for float64 parameters that is a downcast, which ours does not make). Q starts
+from our documented seed (the reference draws it from the global generator and broadcasts rank 0's).
+"""
+
+import math
+
+import pytest
+import torch
+
+from model import GPT, GPTConfig
+from optim import build_optimizer
+from optim.dion import Q_SEED, Dion, dion_rank
+from test_baselines import lr_multiplier, scheduled_step
+from test_optim import TINY, tiny_config
+
+STEPS = 6
+
+
+def reference_orthogonalize(P, rng, oversample=1.25):
+    """orthogonalize(P, "rcqr"): Householder QR if P is square or wide, else a random sketch's R and one more
+    Cholesky QR."""
+    m, n = P.shape
+    if m <= n:
+        return torch.linalg.qr(P)[0]
+    k = math.ceil(oversample * n / 128.0) * 128
+    S = torch.empty((k, m), dtype=P.dtype).normal_(std=math.sqrt(1.0 / k), generator=rng)
+    _, R = torch.linalg.qr(S @ P, mode="r")
+    Q = torch.linalg.solve_triangular(R, P, upper=True, left=False)
+    R, _ = torch.linalg.cholesky_ex(Q.T @ Q, upper=True)
+    return torch.linalg.solve_triangular(R, Q, upper=True, left=False)
+
+
+def reference_dion(X, G, state, lr, mu, weight_decay, epsilon, rng):
+    """dion_update with power_iters=1, on one matrix (transposed when it is wide)."""
+    transpose = X.shape[0] < X.shape[1]
+    M, Q = state["M"], state["Q"]
+    M.add_(G)
+    B = M.T if transpose else M
+    P = reference_orthogonalize(B @ Q, rng)
+    R = B.T @ P
+    if (M == 0).all():  # fix_all_zero_or_nan
+        P, R = torch.zeros_like(P), Q
+    M.add_(R @ P.T if transpose else P @ R.T, alpha=-(1 - mu))
+    state["Q"] = R / (R.norm(dim=0, keepdim=True) + epsilon)
+    X.mul_(1 - lr * weight_decay)
+    update = state["Q"] @ P.T if transpose else P @ state["Q"].T
+    X.add_(update, alpha=-(X.size(0) / X.size(1)) ** 0.5 * lr)
+
+
+def reference_adamw(X, G, state, lr, beta1, beta2, epsilon, step):
+    """scalar_opts.adamw_update, weight decay 0."""
+    M = state.setdefault("M", torch.zeros_like(X))
+    V = state.setdefault("V", torch.zeros_like(X))
+    M.lerp_(G, 1 - beta1)
+    V.mul_(beta2).addcmul_(G, G, value=1 - beta2)
+    denom = V.sqrt() / math.sqrt(1 - beta2**step) + epsilon
+    X.addcdiv_(M, denom, value=-lr / (1 - beta1**step))
+
+
+def run_against_reference(dtype: torch.dtype, **settings) -> tuple[float, float]:
+    """STEPS steps of ours (in dtype) and the reference (float64) on the same gradients: the largest relative
+    difference of a matrix on Dion, and of a parameter on AdamW."""
+    cfg = tiny_config(optimizer="dion", learning_rate=2e-2, compile=False, **settings)
+    hp = cfg.hyperparameters
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY)).to(dtype)
+    optimizer = build_optimizer(model, cfg, "cpu")
+    assert isinstance(optimizer, Dion)
+    named = list(model.named_parameters())
+    on_dion = [p.ndim == 2 and ".h." in n for n, p in named]
+    reference = [p.detach().double().clone() for p in model.parameters()]
+    states, position = [], 0
+    for p, dion in zip(reference, on_dion):
+        if dion:  # Q as ours draws it: a generator seeded with the matrix's position (the Dion group comes first)
+            r = dion_rank(p.shape, hp.rank_fraction, hp.rank_multiple_of)
+            generator = torch.Generator().manual_seed(Q_SEED + position)
+            Q = torch.randn((min(p.shape), r), generator=generator, dtype=dtype).double()
+            states.append(dict(M=torch.zeros_like(p), Q=Q))
+            position += 1
+        else:
+            states.append({})
+    rng = torch.Generator().manual_seed(0)  # the reference's sketch generator
+    for step in range(STEPS):
+        grads = scheduled_step(model, optimizer, step)
+        lr = cfg.learning_rate * lr_multiplier(step)
+        for p, g, state, dion in zip(reference, grads, states, on_dion):
+            if dion:
+                reference_dion(p, g, state, lr, hp.dion_momentum, hp.weight_decay, hp.dion_eps, rng)
+            else:
+                reference_adamw(p, g, state, lr, hp.beta1_1d, hp.beta2_1d, hp.dion_eps, step + 1)
+    errors = [((p.detach().double() - q).norm() / q.norm()).item() for p, q in zip(model.parameters(), reference)]
+    return (max(e for e, dion in zip(errors, on_dion) if dion), max(e for e, dion in zip(errors, on_dion) if not dion))
+
+
+SETTINGS = [pytest.param(dict(), 2e-6, id="rank-half", marks=pytest.mark.quick),
+            pytest.param(dict(rank_fraction=1.0), 5e-5, id="full-rank"),
+            pytest.param(dict(rank_fraction=0.3, rank_multiple_of=4), 2e-6, id="rank-multiple")]
+
+
+@pytest.mark.parametrize("settings, float32_tolerance", SETTINGS)
+def test_dion_matches_its_authors_reference(settings, float32_tolerance):
+    """Every matrix shape of a GPT block: c_attn (96 x 32, P taller than wide: the reference's sketch),
+    attn.c_proj (square: at full rank P is square, Householder QR there), c_fc (128 x 32), mlp.c_proj (32 x 128,
+    transposed); rank 16 of 32, 32 (full) and 0.3 * 32 rounded up to 12. In float64 ours is the reference's
+    arithmetic to rounding. The AdamW side is rules.adamw_update, whose learning rate and bias corrections are
+    float32 scalars (as for every optimizer here): float32 rounding even in float64. In float32 both land on the
+    float64 trajectory to float32 rounding, amplified at full rank by the conditioning of M's trailing singular
+    directions, which P's last columns follow (measured 2e-5; the reference itself in float32 lands 4e-5 from its
+    float64 run there)."""
+    dion, adamw = run_against_reference(torch.float64, **settings)
+    assert dion < 1e-12 and adamw < 2e-6, (dion, adamw)
+    dion, adamw = run_against_reference(torch.float32, **settings)
+    assert dion < float32_tolerance and adamw < 2e-6, (dion, adamw)
+
+
+def test_an_all_zero_momentum_keeps_q_and_moves_only_by_weight_decay():
+    """The reference's fix_all_zero_or_nan: a matrix whose momentum is zero takes no update (only the decay), and
+    its Q comes back column-normalised."""
+    torch.manual_seed(0)
+    X = torch.nn.Parameter(torch.randn(8, 5))
+    optimizer = Dion([dict(params=[X])], lr=0.1, weight_decay=0.5, rank_fraction=0.6)
+    X.grad = torch.zeros_like(X)
+    before = X.detach().clone()
+    optimizer.step()
+    Q = optimizer.state[X]["Q"]
+    generator = torch.Generator().manual_seed(Q_SEED)
+    initial = torch.randn(Q.shape, generator=generator)
+    torch.testing.assert_close(X.detach(), before * (1 - 0.1 * 0.5))
+    torch.testing.assert_close(Q, initial / (initial.norm(dim=0, keepdim=True) + 1e-8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dion_stacks_matrices_and_declares_their_products(dtype):
+    """The matrices of one shape run as one stack: each gets what it gets alone (to its dtype's rounding: a batched
+    product need not round as one alone), tall, square and wide (transposed) ones. And products() is what a step
+    computes: torch's FLOP counter over a step counts the FLOPs it declares (the error feedback's in-place baddbmm
+    counted as baddbmm)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    shapes = [(48, 16), (16, 48), (48, 16), (24, 24), (16, 48), (48, 16)]
+    torch.manual_seed(0)
+    weights = [torch.randn(shape, dtype=dtype) * 0.1 for shape in shapes]
+    together = [torch.nn.Parameter(w.clone()) for w in weights]
+    alone = [torch.nn.Parameter(w.clone()) for w in weights]
+    settings = dict(lr=2e-2, weight_decay=0.1, rank_fraction=0.5)
+    optimizers = [Dion([dict(params=together)], **settings)]
+    optimizers += [Dion([dict(params=[p])], **settings) for p in alone]
+    for position, (optimizer, p) in enumerate(zip(optimizers[1:], alone)):  # each alone draws its Q of together
+        optimizer._position[p] = position
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        for p, q in zip(together, alone):
+            p.grad = torch.randn(p.shape, generator=gen, dtype=dtype)
+            q.grad = p.grad.clone()
+        for optimizer in optimizers:
+            optimizer.step()
+    for shape, p, q in zip(shapes, together, alone):
+        assert ((p - q).norm() / q.norm()).item() < 10 * torch.finfo(dtype).eps, shape
+
+    def in_place_baddbmm(self_shape, a_shape, b_shape, out_shape=None, **kwargs) -> int:  # (the counter has none)
+        return 2 * math.prod(a_shape) * b_shape[-1]
+
+    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: in_place_baddbmm}) as counter:
+        optimizers[0].step()
+    declared = sum(product.flops() for product in optimizers[0].products())
+    assert counter.get_total_flops() == pytest.approx(declared, rel=1e-12)
