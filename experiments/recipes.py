@@ -58,19 +58,20 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
     "soap": {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                 ("warmup_iters", "beta2", "precondition_frequency"))},
     # the optimizers that lead the field in 2026
+    "normuon": {"normuon": MiniRecipe("config/mini_normuon.py", (1e-2, 2e-2, 4e-2, 8e-2, 1.6e-1),
+                                      ("warmup_iters", "muon_momentum", "normuon_beta2"))},
+    "adamuon": {"adamuon": MiniRecipe("config/mini_adamuon.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
+                                      ("warmup_iters", "muon_momentum"))},
     # MuonClip is Moonlight until a head's logit passes tau: Moonlight's tuned recipe, QK-clip at K2's tau.
     "muonclip": {"muonclip": MiniRecipe("config/mini_muonclip.py", (1.2e-2, 2.4e-2, 3.394e-2, 4.8e-2, 9.6e-2),
                                         ("warmup_iters", "beta1", "qk_clip_tau"))},
+    "dion": {"dion": MiniRecipe("config/mini_dion.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2),
+                                ("warmup_iters", "dion_momentum", "rank_fraction"))},
     # the hyperball optimizers: learning_rate is the hyperball's (a step of lr times each matrix's norm)
     "adamh": {"adamh": MiniRecipe("config/mini_adamh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
                                   ("warmup_iters", "adam_lr", "beta2"))},
     "muonh": {"muonh": MiniRecipe("config/mini_muonh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
                                   ("warmup_iters", "adam_lr", "muon_momentum"))},
-    "normuon": {"normuon": MiniRecipe("config/mini_normuon.py", (1e-2, 2e-2, 4e-2, 8e-2, 1.6e-1),
-                                      ("warmup_iters", "muon_momentum", "normuon_beta2"))},
-    "adamuon": {"adamuon": MiniRecipe("config/mini_adamuon.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
-                                      ("warmup_iters", "muon_momentum"))},
-    "dion": {"dion": MiniRecipe("config/mini_dion.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2), ("warmup_iters", "dion_momentum", "rank_fraction"))},
 }
 
 

@@ -76,14 +76,13 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("scion", ScionHyperparameters, build_scion),
         OptimizerSpec("kron", KronHyperparameters, build_kron),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap),
-        # the optimizers that lead the field in 2026
-        OptimizerSpec("muonclip", MuonClipHyperparameters, build_muonclip),
-        # the hyperball optimizers (Wen et al., Fantastic Pretraining Optimizers 2.1)
-        OptimizerSpec("adamh", AdamHHyperparameters, build_adamh),
-        OptimizerSpec("muonh", MuonHHyperparameters, build_muonh),
+        # the optimizers that lead the field in 2026 (NorMuon, AdaMuon, MuonClip, Dion, the hyperball optimizers)
         OptimizerSpec("normuon", NorMuonHyperparameters, build_normuon),
         OptimizerSpec("adamuon", AdaMuonHyperparameters, build_adamuon),
+        OptimizerSpec("muonclip", MuonClipHyperparameters, build_muonclip),
         OptimizerSpec("dion", DionHyperparameters, build_dion),
+        OptimizerSpec("adamh", AdamHHyperparameters, build_adamh),
+        OptimizerSpec("muonh", MuonHHyperparameters, build_muonh),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}
