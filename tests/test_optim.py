@@ -520,7 +520,7 @@ def test_ns_coefficients_config_checks():
         tiny_config(optimizer="scion", ns_coefficients="polar_express", ns_steps=6)
     with pytest.raises(ConfigError, match="mars-shampoo"):
         tiny_config(optimizer="mars", ns_coefficients="polar_express")
-    with pytest.raises(ConfigError, match="choose one of quintic, polar_express"):
+    with pytest.raises(ConfigError, match="choose one of quintic, simple, polar_express"):
         tiny_config(optimizer="muon", ns_coefficients="cubic")
 
 

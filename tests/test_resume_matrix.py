@@ -71,8 +71,9 @@ EXTRA_ARGS = {"soap": ["--precondition_frequency=2", "--max_precond_dim=40", "--
               # tau below the tiny model's largest logits (about 0.046): every step clips, by the maximum over
               # every rank's micro-batches
               "muonclip": ["--qk_clip_tau=0.04"]}
-# Settings that only move parameters between two param groups of one rule: no state of their own to lose.
-GROUPING_ONLY = {"decay_embeddings"}
+# Settings that only move parameters between two param groups of one rule: no state of their own to lose; and
+# settings that move only an untied head (hyperball_head: the matrix's models tie theirs, so it changes nothing here).
+GROUPING_ONLY = {"decay_embeddings", "hyperball_head"}
 
 # Each transition's leg, the straight run it continues (the run it was cut from, or for fsdp2_from_async the
 # run its source continues), and how far its final weights may be from that run's.
