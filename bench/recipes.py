@@ -46,7 +46,8 @@ _GPT2_PAPER = ("adamw", "mars", "muon", "mars_m", "moonlight")  # the official r
 _LLAMA_BENCHMARK = ("adamw", "mars", "muon")  # Semenov et al.'s rows at every size
 SETTINGS: dict[str, Setting] = {
     "small": Setting("gpt2_small", (*_GPT2_PAPER, "adam_mini", "ademamix", "adopt", "cautious_adamw", "kron", "lion",
-                                    "nadamw", "prodigy", "schedule_free_adamw", "scion", "signum", "soap", "sophia"),
+                                    "nadamw", "prodigy", "schedule_free_adamw", "scion", "signum", "soap", "sophia",
+                                    "shampoo"),
                      ("config/gpt2_small.py",)),
     "medium": Setting("gpt2_medium", _GPT2_PAPER, ("config/gpt2_medium.py",)),
     "large": Setting("gpt2_large", _GPT2_PAPER, ("config/gpt2_large.py",)),

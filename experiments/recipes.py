@@ -57,6 +57,8 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                 ("warmup_iters", "beta1", "kron_precond_lr"))},
     "soap": {"soap": MiniRecipe("config/mini_soap.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2),
                                 ("warmup_iters", "beta2", "precondition_frequency"))},
+    "shampoo": {"shampoo": MiniRecipe("config/mini_shampoo.py", (3.75e-4, 7.5e-4, 1.5e-3, 3e-3, 6e-3),
+                                      ("warmup_iters", "beta2", "precondition_frequency"))},
 }
 
 

@@ -35,6 +35,7 @@ from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
 from optim.scion import ScionHyperparameters, build_scion
 from optim.signum import SignumHyperparameters, build_signum
+from optim.shampoo import ShampooHyperparameters, build_shampoo
 from optim.soap import SOAPHyperparameters, build_soap
 from optim.sophia import SophiaHyperparameters, build_sophia
 
@@ -70,6 +71,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("scion", ScionHyperparameters, build_scion),
         OptimizerSpec("kron", KronHyperparameters, build_kron),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap),
+        OptimizerSpec("shampoo", ShampooHyperparameters, build_shampoo),
     )
 }
 HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}
