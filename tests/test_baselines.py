@@ -728,7 +728,7 @@ def test_adam_mini_matches_its_authors_package():
         assert error < 2e-6, f"adam-mini: {name} relative error {error:.1e}"
 
 
-@pytest.mark.parametrize("name", ["nadamw", "prodigy", "sophia", "adam-mini", "scion", "kron", "soap"])
+@pytest.mark.parametrize("name", ["nadamw", "prodigy", "sophia", "adam-mini", "scion", "kron", "soap", "shampoo"])
 def test_a_step_reads_no_tensor_on_the_host(name):
     """On the meta device a tensor has no value to read: a step that synced with the host (.item(), a
     tensor in an if) would fail there, as it would stall a GPU. Prodigy's one step size over the whole model
