@@ -37,8 +37,8 @@ weight_decay_1d), as modded-nanogpt's optimization-track Shampoo run (records/tr
 
 The step is batched: the blocks of one shape (of one dtype and device) across the group's parameters are stacked,
 and the factor updates, the root inverses (batched eigh, only on the steps that refresh them) and the
-preconditioning products each run once per stack; GPT-2 small's 50 matrices at max_preconditioner_dim 1024 are
-blocks of 4 shapes. The filtered gradient and the grafting statistic are element-wise, in foreach ops over whole
+preconditioning products each run once per stack; at max_preconditioner_dim 1024 GPT-2 small's 48 blocks'
+matrices are blocks of 4 shapes (its embeddings add one, 1024 x 768, and a last 128 x 768 block). The filtered gradient and the grafting statistic are element-wise, in foreach ops over whole
 parameters; the grafting norms are one foreach norm over the blocks. products() lists the stacked products.
 
 Under data_parallel=fsdp (optim/sharding.py) blocks cut across ranks' rows, so, as SOAP does, every rank gathers each
