@@ -38,8 +38,10 @@ weight_decay_1d), as modded-nanogpt's optimization-track Shampoo run (records/tr
 The step is batched: the blocks of one shape (of one dtype and device) across the group's parameters are stacked,
 and the factor updates, the root inverses (batched eigh, only on the steps that refresh them) and the
 preconditioning products each run once per stack; at max_preconditioner_dim 1024 GPT-2 small's 48 blocks'
-matrices are blocks of 4 shapes (its embeddings add one, 1024 x 768, and a last 128 x 768 block). The filtered gradient and the grafting statistic are element-wise, in foreach ops over whole
-parameters; the grafting norms are one foreach norm over the blocks. products() lists the stacked products.
+matrices are blocks of 4 shapes (its embeddings add one, 1024 x 768, and a last 128 x 768 block). A refresh leaves
+each block's root inverses as views of their stack, which the preconditioning then takes as it is (no copy per step).
+The filtered gradient and the grafting statistic are element-wise, in foreach ops over whole parameters; the grafting
+norms are one foreach norm over the blocks. products() lists the stacked products.
 
 Under data_parallel=fsdp (optim/sharding.py) blocks cut across ranks' rows, so, as SOAP does, every rank gathers each
 parameter's gradient, m and v whole (one all-gather for all of them), runs the step on whole tensors as one process,
@@ -184,17 +186,24 @@ class Shampoo(MatrixProducts, GroupwiseOptimizer):
             return [t.view(shape)[s] for t, shape, slices in zip(tensors, merged, blocks) for s in slices]
 
         factors = [f for state in states for f in state["factors"]]
-        roots = [r for state in states for r in state["roots"]]
-        block_stacks = stacks_of_blocks(cut(grads), factors, roots)
+        root_slots = [(state["roots"], j) for state in states for j in range(len(state["roots"]))]
+        block_stacks = stacks_of_blocks(cut(grads), factors, [lists[j] for lists, j in root_slots])
         beta1, beta2 = group["betas"]
         bias_correction2 = 1.0 - beta2**step if group["use_bias_correction"] and beta2 < 1.0 else 1.0
         start = group["start_preconditioning_step"]
         start = group["precondition_frequency"] if start == -1 else start
         refresh = (step % group["precondition_frequency"] == 0 and step > start) or step == start
-        for stack in block_stacks:
+        for _, stack in block_stacks:
             accumulate_factors(stack, beta2)
-            if refresh:
-                refresh_roots(stack, bias_correction2, group["epsilon"], group["inverse_exponent"])
+            if not refresh:
+                continue
+            # each block's new root inverses are views of their stack, which precondition then takes whole
+            for slots, inverses in zip(stack.slots, refreshed_roots(stack, bias_correction2, group["epsilon"],
+                                                                    group["inverse_exponent"])):
+                for slot, inverse in zip(slots, inverses.unbind(0)):
+                    lists, j = root_slots[slot]
+                    lists[j] = inverse
+        roots = [lists[j] for lists, j in root_slots]
 
         grafting = group["grafting"]
         if grafting in ("adagrad", "rmsprop", "adam"):
@@ -317,13 +326,13 @@ def block_shapes(shape: tuple[int, ...], max_dim: int) -> list[tuple[int, ...]]:
 
 class BlockStack:
     """The blocks of one shape and dtypes: their stacked tensor (in the factors' dtype) and, per dimension, each
-    block's factor and root inverse (the state's own tensors)."""
+    block's factor and root inverse (the state's own tensors) and their indices in the lists given."""
 
-    def __init__(self, blocks: Tensors, factors: list[Tensors], roots: list[Tensors]):
+    def __init__(self, blocks: Tensors, factors: list[Tensors], roots: list[Tensors], slots: list[list[int]]):
         self.dtype = factors[0][0].dtype
         self.stacked = torch.stack([b.to(self.dtype) for b in blocks]) if len(blocks) > 1 else blocks[0][None].to(
             self.dtype)
-        self.factors, self.roots = factors, roots
+        self.factors, self.roots, self.slots = factors, roots, slots
         self.order = blocks[0].ndim
 
 
@@ -339,7 +348,7 @@ def stacks_of_blocks(blocks: Tensors, factors: Tensors, roots: Tensors) -> list[
         order = blocks[members[0]].ndim
         sides = [[first_side[i] + d for i in members] for d in range(order)]
         result.append((members, BlockStack([blocks[i] for i in members], [[factors[j] for j in side] for side in sides],
-                                           [[roots[j] for j in side] for side in sides])))
+                                           [[roots[j] for j in side] for side in sides], sides)))
     return result
 
 
@@ -351,9 +360,8 @@ def outer_products(stack: torch.Tensor, order: int) -> Tensors:
     return [stack @ stack.mT, stack.mT @ stack]
 
 
-def accumulate_factors(indexed: tuple[list[int], BlockStack], beta2: float) -> None:
+def accumulate_factors(stack: BlockStack, beta2: float) -> None:
     """L <- beta2 L + w G G^T (per dimension), w = 1 when beta2 is 1, else 1 - beta2, into each block's factors."""
-    _, stack = indexed
     weight = 1.0 if beta2 == 1.0 else 1.0 - beta2
     for factors, outer in zip(stack.factors, outer_products(stack.stacked, stack.order)):
         if beta2 != 1.0:
@@ -361,14 +369,10 @@ def accumulate_factors(indexed: tuple[list[int], BlockStack], beta2: float) -> N
         torch._foreach_add_(factors, list(outer.unbind(0)), alpha=weight)
 
 
-def refresh_roots(indexed: tuple[list[int], BlockStack], bias_correction2: float, epsilon: float,
-                  inverse_exponent: float) -> None:
-    """Each block's root inverses from its factors, batched per dimension."""
-    _, stack = indexed
+def refreshed_roots(stack: BlockStack, bias_correction2: float, epsilon: float, inverse_exponent: float) -> Tensors:
+    """The blocks' root inverses from their factors, a stack per dimension."""
     exponent = 1.0 / (2 * stack.order) if inverse_exponent == -1 else inverse_exponent
-    for factors, roots in zip(stack.factors, stack.roots):
-        inverse = root_inverse(torch.stack(factors) / bias_correction2, exponent, epsilon)
-        torch._foreach_copy_(roots, list(inverse.unbind(0)))
+    return [root_inverse(torch.stack(factors) / bias_correction2, exponent, epsilon) for factors in stack.factors]
 
 
 def root_inverse(matrices: torch.Tensor, exponent: float, epsilon: float) -> torch.Tensor:
@@ -402,14 +406,25 @@ def precondition(indexed_stacks: list[tuple[list[int], BlockStack]], dtypes: lis
     results: list[torch.Tensor | None] = [None] * len(dtypes)
     for members, stack in indexed_stacks:
         x = stack.stacked
-        left = torch.stack(stack.roots[0])
+        left = as_stack(stack.roots[0])
         if stack.order == 1:
             x = (x[:, None, :] @ left)[:, 0, :]
         else:
-            x = left.mT @ x @ torch.stack(stack.roots[1])
+            x = left.mT @ x @ as_stack(stack.roots[1])
         for i, block in zip(members, x.unbind(0)):
             results[i] = block.to(dtypes[i])
     return results
+
+
+def as_stack(matrices: Tensors) -> torch.Tensor:
+    """The matrices stacked: the stack they are views of, in order, when they are (the root inverses since their
+    last refresh), else a copy (torch.stack: the first root inverses, or those a checkpoint restored)."""
+    base, size = matrices[0]._base, matrices[0].numel()
+    if (base is not None and base.shape == (len(matrices), *matrices[0].shape) and base.is_contiguous()
+            and all(m._base is base and m.storage_offset() == base.storage_offset() + i * size
+                    for i, m in enumerate(matrices))):
+        return base
+    return torch.stack(matrices)
 
 
 def grafting_directions(filtered: Tensors, v: Tensors | None, group: dict, step: int) -> Tensors:
