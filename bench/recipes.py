@@ -47,7 +47,7 @@ _LLAMA_BENCHMARK = ("adamw", "mars", "muon")  # Semenov et al.'s rows at every s
 SETTINGS: dict[str, Setting] = {
     "small": Setting("gpt2_small", (*_GPT2_PAPER, "adam_mini", "adamh", "adamuon", "ademamix", "adopt", "cautious_adamw",
                                     "dion", "kron", "lion", "muonclip", "muonh", "nadamw", "normuon", "prodigy",
-                                    "schedule_free_adamw", "scion", "signum", "soap", "sophia"),
+                                    "schedule_free_adamw", "scion", "shampoo", "signum", "soap", "sophia"),
                      ("config/gpt2_small.py",)),
     "medium": Setting("gpt2_medium", _GPT2_PAPER, ("config/gpt2_medium.py",)),
     "large": Setting("gpt2_large", _GPT2_PAPER, ("config/gpt2_large.py",)),

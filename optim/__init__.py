@@ -41,6 +41,7 @@ from optim.prodigy import ProdigyHyperparameters, build_prodigy
 from optim.schedule_free import ScheduleFreeAdamWHyperparameters, build_schedule_free_adamw
 from optim.scion import ScionHyperparameters, build_scion
 from optim.signum import SignumHyperparameters, build_signum
+from optim.shampoo import ShampooHyperparameters, build_shampoo
 from optim.soap import SOAPHyperparameters, build_soap
 from optim.sophia import SophiaHyperparameters, build_sophia
 
@@ -76,11 +77,13 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("scion", ScionHyperparameters, build_scion),
         OptimizerSpec("kron", KronHyperparameters, build_kron),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap),
-        # the optimizers that lead the field in 2026 (NorMuon, AdaMuon, MuonClip, Dion, the hyperball optimizers)
+        # the optimizers that lead the field in 2026 (NorMuon, AdaMuon, MuonClip, Dion, Shampoo, the
+        # hyperball optimizers)
         OptimizerSpec("normuon", NorMuonHyperparameters, build_normuon),
         OptimizerSpec("adamuon", AdaMuonHyperparameters, build_adamuon),
         OptimizerSpec("muonclip", MuonClipHyperparameters, build_muonclip),
         OptimizerSpec("dion", DionHyperparameters, build_dion),
+        OptimizerSpec("shampoo", ShampooHyperparameters, build_shampoo),
         OptimizerSpec("adamh", AdamHHyperparameters, build_adamh),
         OptimizerSpec("muonh", MuonHHyperparameters, build_muonh),
     )

@@ -729,7 +729,7 @@ def test_adam_mini_matches_its_authors_package():
 
 
 @pytest.mark.parametrize("name", ["nadamw", "prodigy", "sophia", "adam-mini", "scion", "kron", "soap", "muonclip",
-                                  "adamh", "muonh", "normuon", "adamuon", "dion"])
+                                  "adamh", "muonh", "normuon", "adamuon", "dion", "shampoo"])
 def test_a_step_reads_no_tensor_on_the_host(name):
     """On the meta device a tensor has no value to read: a step that synced with the host (.item(), a
     tensor in an if) would fail there, as it would stall a GPU. Prodigy's one step size over the whole model

@@ -1,8 +1,8 @@
 """
 bench/memory.py's model of memory per GPU against what is really held, on CPU:
-  - under torchrun on gloo (2 and 4 ranks, DDP and FSDP, AdamW, MARS-approx, MARS-exact, Muon, Kron, SOAP), the bytes
-    each rank holds in parameters, gradients and optimizer state (their tensors' storages, each counted once)
-    during real training steps through train.StepContext, with gradient accumulation;
+  - under torchrun on gloo (2 and 4 ranks, DDP and FSDP, AdamW, MARS-approx, MARS-exact, Muon, Kron, SOAP, Shampoo),
+    the bytes each rank holds in parameters, gradients and optimizer state (their tensors' storages, each counted
+    once) during real training steps through train.StepContext, with gradient accumulation;
   - the peak of the tensors a forward-backward pass makes (activations and logits), fp32 and bf16 autocast,
     with and without activation checkpointing;
   - the command's last line for the issue's target (GPT-2 XL, MARS-exact, FSDP over 8 with activation
@@ -37,9 +37,10 @@ from experiments.recipes import mini_recipes
 from parallel import parallelize
 from runtime import Runtime, autocast_context, close_runtime, join_process_group
 
-# (Kron and SOAP: state sized by each side of a parameter, Kron's sharded over its blocks, SOAP's whole on every rank)
+# (Kron, SOAP and Shampoo: state sized by each side of a parameter, Kron's sharded over its blocks, SOAP's and
+# Shampoo's whole on every rank)
 RECIPES = {name: mini_recipes()[name].args.split() for name in ("adamw", "mars_approx", "mars_exact", "muon", "kron",
-                                                                 "soap")}
+                                                                 "soap", "shampoo")}
 # Rows that split unevenly over 4 ranks (c_attn 102, the vocabulary 90, positions 30, biases and LayerNorms 34),
 # so FSDP2's padded blocks differ from the rows a rank holds; two micro-steps per pass.
 SHAPE = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--vocab_size=90", "--bias=True",

@@ -61,13 +61,18 @@ MICRO_BATCH = {1: 4, 2: 4, 4: 2}
 # Cautious AdamW runs without biases: the attention's key bias has a gradient of rounding noise (conftest.
 # without_key_bias), whose sign, and so its mask, differs between world sizes, and the mask's mean rescales the
 # whole bias tensor's update (its queries' and values' too), by O(1) at another world size.
+# Shampoo computes its root inverses every 2 steps (its mini recipe's 5 would leave four steps to grafting alone);
+# epsilon 1e-3 (as SOAP's eps 1e-4): its factors are rank-deficient (four steps of gradients), and their root
+# inverses scale the rounding in their null space by epsilon^(-1/4), so that FSDP over 4 ranks (gloo's sums in
+# another order) ended 0.02-0.07 from one process at the package's 1e-12, and 1.06e-5 at 1e-4 with every parameter
+# on Shampoo (1-D ones too).
 # Prodigy starts from a first step size of 1e-3, not 1e-6 (d0 x d_coef at its authors' learning rate 1, not its
 # mini recipe's swept 0.25), so that its four steps move the weights (and a d estimated from one rank's blocks
 # alone would move them elsewhere).
 EXTRA_ARGS = {"soap": ["--precondition_frequency=2", "--max_precond_dim=40", "--eps=1e-4"],
               "cautious-adamw": ["--bias=False"], "prodigy": ["--learning_rate=1.0", "--prodigy_d0=1e-5",
                                                                 "--prodigy_d_coef=100"],
-              "sophia": ["--sophia_hessian_interval=2"],
+              "sophia": ["--sophia_hessian_interval=2"], "shampoo": ["--precondition_frequency=2", "--epsilon=1e-3"],
               # tau below the tiny model's largest logits (about 0.046): every step clips, by the maximum over
               # every rank's micro-batches
               "muonclip": ["--qk_clip_tau=0.04"]}
