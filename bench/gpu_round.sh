@@ -25,7 +25,8 @@
 #   alone    the optimizer step alone, twice (fused AdamW against MARS-AdamW, 100 repeats: the kernels' time
 #            from torch.profiler, and the span between CUDA events)
 #   floor    the matrix optimizers' step against its floor (bench.optimizer_step's floor rows: Muon, Moonlight,
-#            MARS-M, SOAP, Kron, Scion beside fused AdamW, 20 repeats), one process per model: GPT-2 small,
+#            MARS-M, SOAP, Kron, Scion and the 2026 optimizers (NorMuon, AdaMuon, MuonClip, Dion, Shampoo, AdamH,
+#            MuonH) beside fused AdamW, 20 repeats), one process per model: GPT-2 small,
 #            llama-124m, then llama-720m if 150 s are left; FLOOR_S caps each process (default 180 s)
 #   nanogpt  nanoGPT's own train.py at the same shape and micro-batch 16 (bench.nanogpt; .gpu/nanogpt)
 #   tests    tests/test_cuda.py on 8 pytest-xdist workers, for at most $TESTS_S seconds (default: what is left);
@@ -90,7 +91,8 @@ for stage in "$@"; do
             [ "$(left)" -gt $need ] || { echo "skipped: $model (time)" | tee -a "$OUT/floor.txt"; continue; }
             run_s=$(( $(left) - 10 < ${FLOOR_S:-180} ? $(left) - 10 : ${FLOOR_S:-180} ))
             timeout "$run_s" python3 -m bench.optimizer_step --model $model --repeats 20 \
-                --optimizers adamw-fused,muon,moonlight,mars-m,soap,kron,scion 2>>"$OUT/floor.err" | tee -a "$OUT/floor.txt"
+                --optimizers adamw-fused,muon,moonlight,mars-m,soap,kron,scion,normuon,adamuon,muonclip,dion,shampoo,adamh,muonh \
+                2>>"$OUT/floor.err" | tee -a "$OUT/floor.txt"
         done ;;
     graphs)
         bench_gpu 150 --micro-batch 16 --compile-mode reduce-overhead --profile-steps 3 ;;
