@@ -60,7 +60,7 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
     # the optimizers that lead the field in 2026
     "normuon": {"normuon": MiniRecipe("config/mini_normuon.py", (1e-2, 2e-2, 4e-2, 8e-2, 1.6e-1),
                                       ("warmup_iters", "muon_momentum", "normuon_beta2"))},
-    "adamuon": {"adamuon": MiniRecipe("config/mini_adamuon.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
+    "adamuon": {"adamuon": MiniRecipe("config/mini_adamuon.py", (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2, 9.6e-2),
                                       ("warmup_iters", "muon_momentum"))},
     # MuonClip is Moonlight until a head's logit passes tau: Moonlight's tuned recipe, QK-clip at K2's tau.
     "muonclip": {"muonclip": MiniRecipe("config/mini_muonclip.py", (1.2e-2, 2.4e-2, 3.394e-2, 4.8e-2, 9.6e-2),
