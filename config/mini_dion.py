@@ -1,10 +1,9 @@
 # Dion for the CPU mini reproduction (after config/mini.py): the authors' GPT recipe (microsoft/dion at 0a059a4,
 # configs/dion_160m.yaml: mu 0.95, weight decay 0.01, rank fraction 0.5, AdamW with betas 0.95/0.98 on the
 # embeddings and the 1-D parameters at the same rate, undecayed; constant, then linear to 0 over the last 20%, no
-# warmup). The learning rate is to come from the sweep (experiments/recipes.py's grid), which has not run yet:
-# until then the authors' 0.02.
+# warmup). The learning rate is the mini sweep's best (results/mini_2026/sweep.md; the authors' 0.02 is second).
 optimizer = "dion"
-learning_rate = 2e-2
+learning_rate = 4e-2
 weight_decay = 0.01
 dion_momentum = 0.95
 rank_fraction = 0.5
