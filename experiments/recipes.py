@@ -67,7 +67,7 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                         ("warmup_iters", "beta1", "qk_clip_tau"))},
     "dion": {"dion": MiniRecipe("config/mini_dion.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2),
                                 ("warmup_iters", "dion_momentum", "rank_fraction"))},
-    "shampoo": {"shampoo": MiniRecipe("config/mini_shampoo.py", (3.75e-4, 7.5e-4, 1.5e-3, 3e-3, 6e-3),
+    "shampoo": {"shampoo": MiniRecipe("config/mini_shampoo.py", (3.75e-4, 7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
                                       ("warmup_iters", "beta2", "precondition_frequency"))},
     # the hyperball optimizers: learning_rate is the hyperball's (a step of lr times each matrix's norm)
     "adamh": {"adamh": MiniRecipe("config/mini_adamh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
