@@ -22,6 +22,8 @@ Tables:
          own interval), results/tune/tuning.md (runs, seed 1 at half and twice the tuned rate) and
          results/tune/moves.csv (what tuning moved, seed 1 at the tuned point, the row order).
   ladder docs/reproducing.md's batch-size ladder table: results/ladders/ladder.md's tables.
+  new_2026 docs/reproducing.md's table of the 2026 optimizers: results/mini_2026/report.md (their learning-rate-only
+         runs and the tuned recipes, on the tuned AdamW's ladder), the learning rates from their mini recipes.
   llama  docs/reproducing.md's mini Llama table: results/mini_llama/report.md (loss, Welch tests, speedups) beside
          the GPT-2 mini loss at the same recipe (results/tune/speedups.csv where tuned, else results/mini/'s).
 
@@ -410,8 +412,45 @@ def llama_table(results: str = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The optimizers of 2026 by display name: their registry names (their mini recipes hold the swept learning rates).
+NEW_2026 = {"NorMuon": "normuon", "AdaMuon": "adamuon", "MuonClip": "muonclip", "Dion": "dion", "Shampoo": "shampoo",
+            "AdamH": "adamh", "MuonH": "muonh"}
+
+
+def new_2026_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's table of the 2026 optimizers: their learning-rate-only runs (seeds 1-3 at the rate the
+    sweep chose, config/mini_<name>.py; MuonClip at Moonlight's tuned recipe) beside the tuned recipes, from results/mini_2026/report.md (experiments.report
+    over both: its loss table, Welch tests against the tuned AdamW and speedups over the tuned AdamW's ladder), best
+    first; the tuned AdamW and Muon for scale."""
+    import config
+    from experiments.recipes import MINI_RECIPES
+    from optim import load_config
+
+    path = os.path.join(results, "mini_2026", "report.md")
+    welch = welch_against(path, REFERENCE)
+    speedups = {r["optimizer"]: r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r}
+    column = next(c for c in report_table(path, "")[0] if "1.05M" in c)
+    loss = {r[""]: r[column].split(" (n=")[0].strip("*") for r in report_table(path, "")}
+    shown = [n for n in speedups if n in NEW_2026 or n in (REFERENCE, "Muon")]
+    lines = ["| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) | "
+             "speedup over the tuned AdamW (95% interval) |", "| --- | --- | --- | --- | --- | --- |"]
+    for name in sorted(shown, key=lambda n: float(speedups[n]["best val loss"])):
+        recipe = NEW_2026.get(name)
+        rate = ""
+        if recipe:
+            args = ["config/mini.py", *next(iter(MINI_RECIPES[recipe].values())).args.split()]
+            code = os.path.dirname(os.path.dirname(os.path.abspath(config.__file__)))  # (the config files' checkout)
+            files = [os.path.join(code, a) if a.endswith(".py") else a for a in args]
+            rate = learning_rate_text(f"{load_config(files).learning_rate:g}")
+        test = "" if name == REFERENCE else welch_text(welch[name], p_decimals)
+        how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
+        lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
+                     f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} |")
+    return "\n".join(lines) + "\n"
+
+
 TABLES = {"mini": mini_table, "mini_lr": lr_only_table, "tuned": tuned_table, "ladder": ladder_table,
-          "llama": llama_table}
+          "llama": llama_table, "new_2026": new_2026_table}
 
 
 def render(text: str, results: str = RESULTS) -> str:

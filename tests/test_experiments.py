@@ -101,6 +101,7 @@ DOCS_TABLES = {
     "llama": "| optimizer | mini recipe | GPT-2 mini | Llama mini | vs the Llama's AdamW (Welch, p) |",
     "tuned": "| optimizer | learning rate only | speedup over AdamW | projected GPU-time speedup",
     "ladder": "| best val loss (nats/byte), tuned lr | 4K tokens/step (1,024 steps) |",
+    "new_2026": "| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) |",
 }
 
 
@@ -112,7 +113,7 @@ def regions(text: str) -> dict[str, str]:
 
 @pytest.mark.quick
 def test_the_reproducing_pages_tables_are_generated():
-    """docs/reproducing.md's learning-rate-only, tuned, mini Llama and ladder tables are marked regions, each
+    """docs/reproducing.md's learning-rate-only, tuned, mini Llama, ladder and 2026 tables are marked regions, each
     what experiments.tables makes of the committed results (a row of each pinned), and an emptied region is
     rewritten to the same bytes."""
     from experiments import tables
@@ -135,6 +136,8 @@ def test_the_reproducing_pages_tables_are_generated():
     assert "| Lion | learning rate | 2.645 ± 0.005 | 2.402 ± 0.019 | +0.749, p < 0.001 | 0.28x (< 0.25 to 0.32) |" \
         in found["llama"]
     assert "| MARS-exact − AdamW (Welch p) | −0.049 (0.60) | +0.012 (0.32) | −0.102 (0.047) |" in found["ladder"]
+    assert "| NorMuon | learning rate | 2e-2 | 1.912 ± 0.002 | -0.368, p < 0.001 | 2.48x (2.40 to 2.55) |" \
+        in found["new_2026"]
 
 
 def test_a_hand_edited_docs_table_fails_the_check(tmp_path, monkeypatch):
