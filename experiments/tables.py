@@ -200,6 +200,13 @@ def seed_losses(path: str, tokens: str = "1.05M") -> dict[str, list[float]]:
     return out
 
 
+def mean_losses(path: str, tokens: str = "1.05M") -> dict[str, str]:
+    """optimizer -> its cell at tokens of a report's loss table (mean ± std over seeds), as printed."""
+    rows = report_table(path, "")
+    column = next(c for c in rows[0] if tokens in c)
+    return {r[""]: r[column].split(" (n=")[0].strip("*") for r in rows}
+
+
 def welch_against(path: str, reference: str) -> dict[str, tuple[float, str]]:
     """optimizer -> (its mean best validation loss minus the reference's; p) at 1.05M tokens: the p from a
     report's significance table, the difference from its Runs table's seeds (the significance table's 4
@@ -399,8 +406,7 @@ def llama_table(results: str = RESULTS) -> str:
     welch = welch_against(path, REFERENCE)
     speedups = [r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r]
     llama = {r["optimizer"]: r for r in speedups}
-    column = next(c for c in report_table(path, "")[0] if "1.05M" in c)
-    loss = {r[""]: r[column].split(" (n=")[0].strip("*") for r in report_table(path, "")}
+    loss = mean_losses(path)
     order = sorted(llama, key=lambda n: float(llama[n]["best val loss"]))
     lines = ["| optimizer | mini recipe | GPT-2 mini | Llama mini | vs the Llama's AdamW (Welch, p) | "
              "speedup over the Llama's AdamW (95% interval) |", "| --- | --- | --- | --- | --- | --- |"]
@@ -429,8 +435,7 @@ def new_2026_table(results: str = RESULTS) -> str:
     path = os.path.join(results, "mini_2026", "report.md")
     welch = welch_against(path, REFERENCE)
     speedups = {r["optimizer"]: r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r}
-    column = next(c for c in report_table(path, "")[0] if "1.05M" in c)
-    loss = {r[""]: r[column].split(" (n=")[0].strip("*") for r in report_table(path, "")}
+    loss = mean_losses(path)
     shown = [n for n in speedups if n in NEW_2026 or n in (REFERENCE, "Muon")]
     lines = ["| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) | "
              "speedup over the tuned AdamW (95% interval) |", "| --- | --- | --- | --- | --- | --- |"]

@@ -72,11 +72,10 @@ class MuonClip(Moonlight):
         head_dim = n_embd // self.attention[0].n_head
         query_key = head_scales.repeat_interleave(head_dim, dim=1)  # (n_layer, n_embd): a scale per row
         row_scales = torch.cat([query_key, query_key, torch.ones_like(query_key)], dim=1)  # q, k, v rows
-        tensors = [t for module in self.attention for t in (module.c_attn.weight, module.c_attn.bias) if t is not None]
-        scales = [row_scales[layer] for layer, module in enumerate(self.attention)
-                  for t in (module.c_attn.weight, module.c_attn.bias) if t is not None]
-        scales = [scale[local_rows(t)].view(-1, *[1] * (t.ndim - 1)).to(t.dtype) for scale, t in zip(scales, tensors)]
-        torch._foreach_mul_(local(tensors), scales)
+        scaled = [(t, row_scales[layer]) for layer, module in enumerate(self.attention)
+                  for t in (module.c_attn.weight, module.c_attn.bias) if t is not None]  # (a layer's rows, its scales)
+        torch._foreach_mul_(local([t for t, _ in scaled]),
+                            [scale[local_rows(t)].view(-1, *[1] * (t.ndim - 1)).to(t.dtype) for t, scale in scaled])
 
 
 def build_muonclip(model: nn.Module, hp: MuonClipHyperparameters, loop: Loop) -> MuonClip:
