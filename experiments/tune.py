@@ -84,6 +84,14 @@ LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its
     "precondition_frequency": (1, 3, 10, 30, 100),
     "dion_momentum": (0.8, 0.85, 0.9, 0.95, 0.98),
     "rank_fraction": (0.125, 0.25, 0.5, 1.0),
+    "normuon_beta2": (0.9, 0.95, 0.98, 0.99, 0.995, 0.999),
+    "scion_momentum": (0.02, 0.05, 0.1, 0.2, 0.5),  # the new gradient's weight: 1 - beta
+    "kron_precond_lr": (0.05, 0.1, 0.2, 0.4, 0.8),
+    "prodigy_d_coef": (0.25, 0.5, 1.0, 2.0, 4.0),
+    "sophia_rho": (0.01, 0.02, 0.04, 0.08, 0.16),
+    "adam_lr": (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2),
+    # the mini model's largest logit is about 18 (results/mini_2026): a tau above it never clips
+    "qk_clip_tau": (6.25, 12.5, 25.0, 50.0, 100.0),
 }
 
 
@@ -227,6 +235,18 @@ def start_values(base: list[str], recipe_args: list[str], keys: list[str]) -> di
     return values
 
 
+def default_keys(base: list[str], recipe: str) -> list[str]:
+    """The learning rate, the weight decay where the recipe's optimizer has one (Scion's constrained step and the
+    hyperball optimizers' fixed norms take its place) and the recipe's own keys (experiments/recipes.py)."""
+    from experiments.recipes import mini_recipes
+    from optim import load_config
+
+    mini = mini_recipes()[recipe]
+    cfg = load_config([*base, *mini.args.split()])
+    decay = ["weight_decay"] if hasattr(cfg.hyperparameters, "weight_decay") else []
+    return ["learning_rate", *decay, *mini.tune]
+
+
 def recorded_starts(root: str) -> dict[str, dict[str, str]]:
     """start.json's starting points per recipe ({} in a new folder)."""
     path = os.path.join(root, "start.json")
@@ -364,7 +384,7 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
             sweep.check_not_per_run(arg[2:].partition("=")[0], arg)
     tunings, starts = [], recorded_starts(args.folder)
     for name in names:
-        keys = [k for k in args.keys.split(",") if k] or ["learning_rate", "weight_decay", *recipes[name].tune]
+        keys = [k for k in args.keys.split(",") if k] or default_keys(base, name)
         missing = [k for k in keys if k != "learning_rate" and k not in LADDERS]
         if missing:
             raise InputError(f"--keys: experiments.tune has no ladder of values for {missing[0]!r}; it tunes "

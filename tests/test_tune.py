@@ -197,3 +197,15 @@ def test_a_run_where_a_tuned_link_goes_is_refused_by_name(tmp_path, monkeypatch)
     os.makedirs(tmp_path / "tuned" / "adamw" / "base" / "seed1")  # a run trained there
     with pytest.raises(tune.InputError, match="is a run, where the tuning links its tuned point's seed 1"):
         tune.link_tuned(str(tmp_path), "adamw", sweep.Point("adamw", (("learning_rate", "0.004"),)))
+
+
+def test_every_mini_recipes_search_resolves_before_any_run(tmp_path):
+    # every recipe's keys have a ladder, are read by its optimizer, and each first point resolves as train.py's
+    folder = tmp_path / "tune"
+    proc = subprocess.run([PYTHON, "-m", "experiments.tune", str(folder), "config/mini.py", "--report-only"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    starts = json.loads((folder / "start.json").read_text())
+    from experiments.recipes import mini_recipes
+    assert set(starts) == set(mini_recipes())
+    assert "weight_decay" not in starts["scion"] and starts["kron"]["kron_precond_lr"] == "0.2"
