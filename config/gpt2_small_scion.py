@@ -3,5 +3,5 @@
 include = ["gpt2_small.py", "paper_scion.py"]
 out_dir = "out/gpt2_small_scion"
 wandb_run_name = "gpt2_small_scion"
-learning_rate = 2**-12  # its authors' modded-nanogpt GPT-2 small rate (untuned here)
+learning_rate = 3.6e-4  # its authors' modded-nanogpt GPT-2 small rate at these radii (train_gpt_scion.py; untuned here)
 min_lr = 0.0

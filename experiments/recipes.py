@@ -50,8 +50,9 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                       ("warmup_iters", "prodigy_d_coef"))},
     "sophia": {"sophia": MiniRecipe("config/mini_sophia.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3), ("warmup_iters", "sophia_rho"))},
     "adam-mini": {"adam_mini": MiniRecipe("config/mini_adam_mini.py", (1e-3, 2e-3, 4e-3, 8e-3), ("warmup_iters", "beta2"))},
-    # Scion's learning rate is also its weight decay (the constrained update: p <- (1 - lr) p - ...)
-    "scion": {"scion": MiniRecipe("config/mini_scion.py", (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
+    # Scion's learning rate is also its weight decay (the constrained update: p <- (1 - lr) p - ...); the rates of
+    # its tied recipe (radii 50 and 3000; the earlier recipe's radii 3 and 10 swept 2.5e-4 to 1.6e-2)
+    "scion": {"scion": MiniRecipe("config/mini_scion.py", (1.2e-4, 2.4e-4, 4.8e-4, 9.6e-4, 1.92e-3),
                                   ("warmup_iters", "scion_momentum"))},
     "kron": {"kron": MiniRecipe("config/mini_kron.py", (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2),
                                 ("warmup_iters", "beta1", "kron_precond_lr"))},

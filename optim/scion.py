@@ -8,16 +8,21 @@ minimisation oracle (LMO) of its layer's norm ball, scaled by its group's radius
     p = (1 - lr) p - lr * scale * lmo(m)               (the constrained update: the decay is lr itself)
 
 with, by kind of parameter (optim/routing.py):
-  - the blocks' matrices: Spectral, lmo = NS5(m) sqrt(rows / cols), scale scion_hidden_scale (3); the attention's
+  - the blocks' matrices: Spectral, lmo = NS5(m) sqrt(rows / cols), scale scion_hidden_scale (50); the attention's
     fused c_attn as the three matrices q, k and v the authors' GPT has (each its own NS5, scale 1);
   - the position table (a first layer): Sign, lmo = sign(m), scale scion_input_scale (1);
   - the token embedding, tied to the head here: Sign normalised, lmo = sign(m) / cols, scale scion_output_scale
-    (10), the authors' rule for the output layer (their GPT unties the two; an untied Llama head takes it too, and
-    its embedding the first layer's);
+    (3000), the authors' rule for the output layer (an untied head takes it, and the embedding the first layer's);
   - 1-D parameters (norms' weights, biases, which the authors' GPT has none of): their Auto rule for 1-D, BiasRMS,
     lmo = m / (rms(m) + 1e-8), scale scion_hidden_scale.
-scion_unconstrained=True drops the (1 - lr) factor, as the authors' option does. The NS5 of the matrices runs
-on owner ranks, as Muon's (optim/newton_schulz.py); under FSDP a 1-D parameter's rms is its whole tensor's (one
+The default radii are the authors' for a GPT with a tied embedding (examples/modded-nanogpt/train_gpt_scion.py:
+50 and 3000); their untied shallow GPT takes 1 / 3 / 10 with scion_init=True.
+scion_unconstrained=True drops the (1 - lr) factor, as the authors' option does. scion_init=True re-initialises
+the weights as the authors' Scion.init() does before their shallow GPT trains: each matrix to its norm ball's
+radius (Spectral: orthogonal times sqrt(rows / cols); Sign: +-1, over cols where normalised; times the group's
+scale), drawn on the CPU so that every rank and device starts alike; 1-D parameters keep the model's
+initialisation (their BiasRMS.init would zero the LayerNorms' gains, which their GPT does not have). The NS5 of
+the matrices runs on owner ranks, as Muon's (optim/newton_schulz.py); under FSDP a 1-D parameter's rms is its whole tensor's (one
 all-reduce of squared norms); Sign is element-wise.
 """
 
@@ -25,17 +30,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
 
+from config import ConfigError
 from optim.contract import Loop, MatrixProducts, Product, positive, setting
 from optim.newton_schulz import (
     NewtonSchulzSettings, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_iterations,
 )
 from optim.routing import parameter_kinds
 from optim.rules import GroupwiseOptimizer
-from optim.sharding import local, shard_group, squared_norms
+from optim.sharding import local, local_rows, shard_group, squared_norms
 
 NS5_EPS = 1e-7  # the authors' zeropower_via_newtonschulz5
 
@@ -43,13 +50,19 @@ NS5_EPS = 1e-7  # the authors' zeropower_via_newtonschulz5
 @dataclass
 class ScionHyperparameters(NewtonSchulzSettings):  # (ns_steps, ns_coefficients)
     scion_momentum: float = setting(0.1, 0.0, 1.0, low_open=True)  # the weight of the new gradient (1: none kept)
-    scion_hidden_scale: float = positive(3.0)  # the radius of the blocks' matrices and of 1-D parameters
+    scion_hidden_scale: float = positive(50.0)  # the radius of the blocks' matrices and of 1-D parameters
     scion_input_scale: float = positive(1.0)  # the first layer's (position table; an untied token embedding)
-    scion_output_scale: float = positive(10.0)  # the output layer's (the tied embedding, or an untied head)
+    scion_output_scale: float = positive(3000.0)  # the output layer's (the tied embedding, or an untied head)
     scion_unconstrained: bool = False
+    scion_init: bool = False  # the authors' Scion.init(): the matrices drawn anew at their radii (a fresh start)
 
     def display_name(self) -> str:
         return "Scion"
+
+    def check_loop(self, cfg: Any) -> None:
+        if self.scion_init and cfg.init_from.startswith("hf:"):
+            raise ConfigError("scion_init=True re-initialises every matrix, which would discard the weights of "
+                              f"init_from={cfg.init_from!r}: drop scion_init to train on from them")
 
 
 class Scion(MatrixProducts, GroupwiseOptimizer):
@@ -122,5 +135,29 @@ def build_scion(model: nn.Module, hp: ScionHyperparameters, loop: Loop) -> Scion
     ]:
         if params:
             groups.append(dict(params=params, lmo=lmo, scale=scale, pieces=[3 if id(p) in fused_qkv else 1 for p in params]))
+    if hp.scion_init:  # (a resume's checkpoint, loaded after the builder, replaces these weights)
+        initialise_at_radii(groups)
     return Scion(groups, lr=loop.learning_rate, momentum=hp.scion_momentum, unconstrained=hp.scion_unconstrained,
                  ns_steps=hp.ns_steps, ns_coefficients=hp.ns_coefficients)
+
+
+@torch.no_grad()
+def initialise_at_radii(groups: list[dict]) -> None:
+    """The authors' Scion.init() on the builder's groups, in their order of operations (float64 for the orthogonal
+    draw, then the parameter's dtype): a fused q, k, v matrix as its three matrices; 1-D parameters unchanged.
+    Drawn whole on the CPU from the global generator (seeded alike on every rank), each rank keeping its rows."""
+    for group in groups:
+        if group["lmo"] == "bias_rms":
+            continue
+        for p, count in zip(group["params"], group["pieces"]):
+            whole = torch.empty(p.shape, dtype=p.dtype)
+            for piece in whole.chunk(count):
+                if group["lmo"] == "spectral":
+                    drawn = nn.init.orthogonal_(torch.empty(piece.shape, dtype=torch.float64))
+                    piece.copy_(drawn * (piece.shape[0] / piece.shape[1]) ** 0.5)
+                else:  # sign: +-1, over the columns where normalised
+                    piece.copy_(torch.randint(0, 2, piece.shape, dtype=p.dtype) * 2 - 1)
+                    if group["lmo"] == "sign_normalized":
+                        piece.mul_(1 / piece.shape[1])
+            whole.mul_(group["scale"])
+            local([p])[0].copy_(whole[local_rows(p)].to(p.device))

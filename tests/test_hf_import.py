@@ -238,3 +238,10 @@ def test_a_bad_source_is_named_without_traceback(name, bad_results):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, report
     for text in expect:
         assert text in proc.stderr, f"{text!r} not in the error\n{report}"
+
+
+def test_scion_init_refuses_to_discard_a_checkpoints_weights(tmp_path):
+    from config import ConfigError
+    source = saved(hf_model("gpt2"), tmp_path / "gpt2")
+    with pytest.raises(ConfigError, match="scion_init=True re-initialises every matrix.*drop scion_init"):
+        load_config([f"--init_from=hf:{source}", "--block_size=32", "--optimizer=scion", "--scion_init=True"])

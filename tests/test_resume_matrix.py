@@ -32,7 +32,7 @@ from conftest import (
 )
 from model import GPT, GPTConfig
 from experiments.recipes import MINI_RECIPES
-from optim import OPTIMIZERS, load_config
+from optim import OPTIMIZERS, build_optimizer, load_config
 from test_optim_ddp import ROW_BLOCK_SUMS, check_against_one_process
 
 STEPS, SOURCE_STEP = 4, 2
@@ -75,7 +75,11 @@ EXTRA_ARGS = {"soap": ["--precondition_frequency=2", "--max_precond_dim=40", "--
               "sophia": ["--sophia_hessian_interval=2"], "shampoo": ["--precondition_frequency=2", "--epsilon=1e-3"],
               # tau below the tiny model's largest logits (about 0.046): every step clips, by the maximum over
               # every rank's micro-batches
-              "muonclip": ["--qk_clip_tau=0.04"]}
+              "muonclip": ["--qk_clip_tau=0.04"],
+              # its authors' re-initialisation (drawn whole on every rank, each keeping its rows under FSDP), at their
+              # shallow GPT's radii: Sign's lmo of a near-zero momentum flips with the sums' order, and at the tied
+              # radius 3000 a flip moves a weight 300 times as far (FSDP over 4 ended 1.3e-4 from one process)
+              "scion": ["--scion_init=True", "--scion_hidden_scale=3", "--scion_output_scale=10"]}
 # Settings that only move parameters between two param groups of one rule: no state of their own to lose; and
 # settings that move only an untied head (hyperball_head: the matrix's models tie theirs, so it changes nothing here).
 GROUPING_ONLY = {"decay_embeddings", "hyperball_head"}
@@ -323,10 +327,13 @@ FUSED_TAIL, ROUNDING_CHAOTIC = {"adamw"}, {"soap"}  # (recipes)
 
 
 def initial_weights(variant: str) -> dict:
-    """The weights train.py starts a run of this variant from (torch.manual_seed(seed), then the model)."""
+    """The weights train.py starts a run of this variant from (torch.manual_seed(seed), the model, then the
+    optimizer's builder: scion_init draws them anew)."""
     cfg = load_config(run_args(variant, "unused", "unused", 1, "ddp"))
     torch.manual_seed(cfg.seed)
-    return GPT(GPTConfig(**cfg.model_args())).state_dict()
+    model = GPT(GPTConfig(**cfg.model_args()))
+    build_optimizer(model, cfg, "cpu")
+    return model.state_dict()
 
 
 def last_diagnostics(run: str) -> dict:
