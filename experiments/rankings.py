@@ -16,8 +16,10 @@ first row). Their MARS is MARS-AdamW with the approximate gradient correction, t
 
 Semenov et al. 2025 ("Benchmarking Optimizers for Large Language Model Pretraining", arXiv 2509.01440v1) give
 their 124M losses in figures only, but their text ranks the optimizers in tiers, which are taken as ranks (1
-best; an optimizer's tier, not a loss; tau-b counts a tier's members as tied). Their D-Muon is our Moonlight;
-their MARS the official MARS-AdamW, approximate by default.
+best; an optimizer's tier, not a loss; tau-b counts a tier's members as tied). The tiers are our reading; the same
+paper can be read otherwise (its "readings": "AdamW narrows the gap with SOAP and D-Muon", "ADOPT and Prodigy
+scale similarly to AdamW", a figure legend with ADOPT below AdamW, basic Muon ranked), and tau is given under each
+of those beside ours. Their D-Muon is our Moonlight; their MARS the official MARS-AdamW, approximate by default.
 
 modded-nanogpt's optimization track (KellerJordan/modded-nanogpt, records/track_3_optimization: GPT-2 small on a
 fixed model, data and batch, each run's steps to 3.28 validation loss): for each optimizer we hold, its fewest steps
@@ -60,6 +62,10 @@ def read_published(folder: str = RANKINGS) -> dict[str, dict]:
 # by our display names (optim's Hyperparameters.display_name): benchmark -> optimizer -> loss or tier
 SOURCES: dict[str, dict] = read_published()
 PUBLISHED: dict[str, dict[str, float]] = {name: record["ranking"] for name, record in SOURCES.items()}
+# benchmark -> its other readings: (what the reading says, the ranking under it: the tiers it changes over ours)
+READINGS: dict[str, list[tuple[str, dict[str, float]]]] = {
+    name: [(r["reading"], record["ranking"] | r["tiers"]) for r in record.get("readings", [])]
+    for name, record in SOURCES.items()}
 MIN_COMMON = 3  # optimizers both rankings must hold for a tau to mean anything
 
 
@@ -77,14 +83,16 @@ def agreement_lines(ours: dict[str, float]) -> list[str]:
     """A markdown table: for each published ranking, the optimizers in common and tau."""
     lines = ["| benchmark | optimizers in common, their order (best first) | our order | Kendall's tau (p) |",
              "|---|---|---|---|"]
-    for benchmark, theirs in PUBLISHED.items():
-        found = agreement(ours, theirs)
-        if found is not None:
-            common, tau, p = found
-            tiers = [[name for name in common if theirs[name] == value] for value in sorted({theirs[n] for n in common})]
-            their_order = " > ".join(", ".join(tier) for tier in tiers)  # (names in one tier are tied)
-            lines.append(f"| {benchmark} | {their_order} | {' > '.join(sorted(common, key=ours.get))} | "
-                         f"{tau:.2f} (p = {p:.2g}) |")
+    for benchmark, published in PUBLISHED.items():
+        for label, theirs in [(benchmark, published)] + [(f"the same, read instead: {reading}", ranking)
+                                                          for reading, ranking in READINGS[benchmark]]:
+            found = agreement(ours, theirs)
+            if found is not None:
+                common, tau, p = found
+                tiers = [[n for n in common if theirs[n] == value] for value in sorted({theirs[n] for n in common})]
+                their_order = " > ".join(", ".join(tier) for tier in tiers)  # (names in one tier are tied)
+                lines.append(f"| {label} | {their_order} | {' > '.join(sorted(common, key=ours.get))} | "
+                             f"{tau:.2f} (p = {p:.2g}) |")
     return lines if len(lines) > 2 else []
 
 

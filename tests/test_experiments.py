@@ -73,7 +73,7 @@ def test_the_published_rankings_are_data_with_their_sources():
         assert record["url"].startswith(("https://arxiv.org/abs/", "https://github.com/")) and record["citation"]
         assert record["source"] and record["value"] in ("loss", "tier", "steps")
     assert list(rankings.PUBLISHED) == ["Wen et al. 130M, 1x Chinchilla",
-                                        "Semenov et al. 124M, to 16.8B tokens (tiers from their text)",
+                                        "Semenov et al. 124M, to 16.8B tokens (tiers: our reading of their text)",
                                         "modded-nanogpt optimization track (GPT-2 small, steps to 3.28)"]
     wen, semenov, track = rankings.PUBLISHED.values()
     assert track["Muon"] == track["NorMuon"] == 3250 and track["Shampoo"] == 4100 and len(track) == 6

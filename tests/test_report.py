@@ -452,6 +452,23 @@ def test_a_ranking_in_tiers_counts_a_tiers_members_as_tied():
 
 
 @pytest.mark.quick
+def test_each_other_reading_of_a_ranking_has_its_own_tau_beside_ours():
+    """Semenov et al.'s tiers are our reading of their text: each other reading (results/rankings/semenov2025.json)
+    is a row of its own after ours, its tiers changed as it says (the tuned four: 0.91 under ours, 0.71 with AdamW
+    level with SOAP and D-Muon, 0.22 with basic Muon ranked behind AdamW)."""
+    tuned = {"Muon": 1.740, "Moonlight": 1.810, "SOAP": 2.061, "AdamW": 2.281, "MARS-approx": 2.297}
+    lines = rankings.agreement_lines(tuned)
+    semenov = [i for i, line in enumerate(lines) if line.startswith("| Semenov")]
+    assert len(semenov) == 1 and "(tiers: our reading of their text)" in lines[semenov[0]]
+    assert "| 0.91 (p = 0.071) |" in lines[semenov[0]]
+    others = {line.split(" | ")[0].removeprefix("| the same, read instead: "): line.split(" | ")[-1]
+              for line in lines[semenov[0] + 1:] if line.startswith("| the same, read instead:")}
+    assert others["AdamW level with SOAP and D-Muon"].startswith("0.71 ")
+    assert others["basic Muon ranked, behind AdamW"].startswith("0.22 ")
+    assert others["ADOPT below AdamW"].startswith("0.91 ")  # (ADOPT is not among the four: the same tau)
+
+
+@pytest.mark.quick
 def test_a_runs_model_label_names_its_architecture(tmp_path):
     """A preset's run is labelled by its architecture and size ("GPT-2 small", "Llama 124m", never "GPT-2
     llama-124m"); a run at a shape of its own by its parameter count and architecture ("0.469M Llama")."""
