@@ -109,6 +109,7 @@ def mini_table(results: str = RESULTS) -> str:
     column = f"projected GPU-time speedup ({gpu.card}, {gpu.model})"
     lr_only = read_speedups(os.path.join(results, "mini", "speedups.csv"))
     tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))
+    begun = searches(results)
     best = {id(group): min(group, key=lambda name: group[name]["loss_mean"]) for group in (lr_only, tuned) if group}
     lines = [f"| optimizer | learning rate only | speedup over AdamW | {column} | tuned | speedup over tuned AdamW | "
              f"{column} |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -116,8 +117,9 @@ def mini_table(results: str = RESULTS) -> str:
         cells = [LABELS.get(name, name)]
         for group in (lr_only, tuned):
             row = group.get(name)
-            if row is None:
-                cells += ["", "", ""]
+            if row is None:  # (a search stopped short says so: it resumes)
+                runs = begun[name]["runs"].split()[0] if name in begun else ""
+                cells += [f"search under way ({runs} runs)" if runs else "not yet tuned", "", ""]
                 continue
             found = [f"{row['loss_mean']:.3f} ± {row['loss_std']:.3f}",
                      speedup_text(row["speedup"], row["low"], row["high"]), projected(gpu, name, row)]
@@ -295,8 +297,17 @@ def lr_only_table(results: str = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
-TUNE_RECIPES = {"adamw": "AdamW", "mars_approx": "MARS-approx", "mars_exact": "MARS-exact", "muon": "Muon",
-                "mars_m": "MARS-M-approx", "moonlight": "Moonlight", "soap": "SOAP"}
+def recipe_display_name(recipe: str) -> str:
+    """A mini recipe's display name (the registry's, as the reports name its runs)."""
+    from experiments.recipes import mini_recipes
+    from optim import load_config
+
+    return load_config(["config/mini.py", *mini_recipes()[recipe].args.split()]).hyperparameters.display_name()
+
+
+def searches(results: str = RESULTS) -> dict[str, dict]:
+    """results/tune/tuning.md's summary rows by display name: every recipe whose search has begun."""
+    return {recipe_display_name(r["recipe"]): r for r in report_table(os.path.join(results, "tune", "tuning.md"), "recipe")}
 
 
 def tuned_table(results: str = RESULTS) -> str:
@@ -310,8 +321,7 @@ def tuned_table(results: str = RESULTS) -> str:
     lr_only = read_speedups(os.path.join(results, "mini", "speedups.csv"))
     tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))
     welch = welch_against(report, REFERENCE)
-    tuning = {TUNE_RECIPES.get(r["recipe"], r["recipe"]): r
-              for r in report_table(os.path.join(results, "tune", "tuning.md"), "recipe")}
+    tuning = searches(results)
     moves = read_csv(os.path.join(results, "tune", "moves.csv"))
     best = min(tuned, key=lambda n: tuned[n]["loss_mean"])
     lines = [f"| optimizer | learning rate only | speedup over AdamW | {column} | runs | what tuning moved | "

@@ -5,6 +5,8 @@ data files with their sources, and the generated tables of the README and docs/r
 `python -m experiments.tables` makes of the committed results."""
 
 import json
+import os
+import shutil
 import subprocess
 
 import pytest
@@ -175,3 +177,19 @@ def test_a_stale_table_is_rewritten_and_check_names_it(tmp_path):
     from errors import InputError
     with pytest.raises(InputError, match="no such table"):
         tables.render("<!-- table:nothing -->\n<!-- /table -->\n")
+
+
+def test_an_untuned_row_says_whether_its_search_has_begun(tmp_path):
+    """The README's mini table: a recipe with no tuned result says "not yet tuned", or, where tuning.md holds its
+    search, how many runs it has had (a search stopped short resumes: it is never silently cut)."""
+    from experiments import tables
+    results = tmp_path / "results"
+    shutil.copytree(os.path.join(REPO, "results"), results)
+    tuning = (results / "tune" / "tuning.md").read_text()
+    row = "| kron | 9 | 0.0100 | 2.3400 | unchanged | - | inf | inf | 0.4 |\n"
+    tuning = tuning.replace("\n\nIn all:", "\n" + row + "\nIn all:", 1)
+    (results / "tune" / "tuning.md").write_text(tuning)
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in tables.mini_table(str(results)).splitlines()}
+    assert "| search under way (9 runs) |" in rows["Kron"]
+    assert "| not yet tuned |" in rows["Lion"]
+    assert "not yet" not in rows["Muon"] and "under way" not in rows["Muon"]
