@@ -22,8 +22,8 @@ the weights as the authors' Scion.init() does before their shallow GPT trains: e
 radius (Spectral: orthogonal times sqrt(rows / cols); Sign: +-1, over cols where normalised; times the group's
 scale), drawn on the CPU so that every rank and device starts alike; 1-D parameters keep the model's
 initialisation (their BiasRMS.init would zero the LayerNorms' gains, which their GPT does not have). The NS5 of
-the matrices runs on owner ranks, as Muon's (optim/newton_schulz.py); under FSDP a 1-D parameter's rms is its whole tensor's (one
-all-reduce of squared norms); Sign is element-wise.
+the matrices runs on owner ranks, as Muon's (optim/newton_schulz.py); under FSDP a 1-D parameter's rms is its
+whole tensor's (one all-reduce of squared norms); Sign is element-wise.
 """
 
 from __future__ import annotations
