@@ -86,7 +86,7 @@ LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its
     "rank_fraction": (0.125, 0.25, 0.5, 1.0),
     "normuon_beta2": (0.9, 0.95, 0.98, 0.99, 0.995, 0.999),
     "scion_momentum": (0.02, 0.05, 0.1, 0.2, 0.5),  # the new gradient's weight: 1 - beta
-    "kron_precond_lr": (0.05, 0.1, 0.2, 0.4, 0.8),
+    "kron_precond_lr": (0.05, 0.1, 0.2, 0.4, 0.8, 1.0),  # (1: the largest normalised step that keeps q positive)
     "prodigy_d_coef": (0.25, 0.5, 1.0, 2.0, 4.0),
     "sophia_rho": (0.01, 0.02, 0.04, 0.08, 0.16),
     "adam_lr": (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2),
