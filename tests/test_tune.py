@@ -208,4 +208,4 @@ def test_every_mini_recipes_search_resolves_before_any_run(tmp_path):
     starts = json.loads((folder / "start.json").read_text())
     from experiments.recipes import mini_recipes
     assert set(starts) == set(mini_recipes())
-    assert "weight_decay" not in starts["scion"] and starts["kron"]["kron_precond_lr"] == "0.2"
+    assert "weight_decay" not in starts["scion"] and starts["kron"]["kron_precond_lr"] == "0.8"
