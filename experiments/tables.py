@@ -52,8 +52,12 @@ import csv
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from errors import InputError, exit_on_input_error
+
+if TYPE_CHECKING:
+    import config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "results")
@@ -297,12 +301,19 @@ def lr_only_table(results: str = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def recipe_display_name(recipe: str) -> str:
-    """A mini recipe's display name (the registry's, as the reports name its runs)."""
+def mini_recipe_config(recipe: str) -> config.TrainConfig:
+    """A mini recipe's resolved config: config/mini.py and its files, read from this checkout."""
     from experiments.recipes import mini_recipes
     from optim import load_config
 
-    return load_config(["config/mini.py", *mini_recipes()[recipe].args.split()]).hyperparameters.display_name()
+    code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (this checkout, wherever the pages are)
+    args = ["config/mini.py", *mini_recipes()[recipe].args.split()]
+    return load_config([os.path.join(code, a) if a.endswith(".py") else a for a in args])
+
+
+def recipe_display_name(recipe: str) -> str:
+    """A mini recipe's display name (the registry's, as the reports name its runs)."""
+    return mini_recipe_config(recipe).hyperparameters.display_name()
 
 
 def searches(results: str = RESULTS) -> dict[str, dict]:
@@ -444,10 +455,6 @@ def new_2026_table(results: str = RESULTS) -> str:
     sweep chose, config/mini_<name>.py; MuonClip at Moonlight's tuned recipe) beside the tuned recipes, from results/mini_2026/report.md (experiments.report
     over both: its loss table, Welch tests against the tuned AdamW and speedups over the tuned AdamW's ladder), best
     first; the tuned AdamW and Muon for scale."""
-    import config
-    from experiments.recipes import MINI_RECIPES
-    from optim import load_config
-
     path = os.path.join(results, "mini_2026", "report.md")
     welch = welch_against(path, REFERENCE)
     speedups = {r["optimizer"]: r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r}
@@ -457,12 +464,7 @@ def new_2026_table(results: str = RESULTS) -> str:
              "speedup over the tuned AdamW (95% interval) |", "| --- | --- | --- | --- | --- | --- |"]
     for name in sorted(shown, key=lambda n: float(speedups[n]["best val loss"])):
         recipe = NEW_2026.get(name)
-        rate = ""
-        if recipe:
-            args = ["config/mini.py", *next(iter(MINI_RECIPES[recipe].values())).args.split()]
-            code = os.path.dirname(os.path.dirname(os.path.abspath(config.__file__)))  # (the config files' checkout)
-            files = [os.path.join(code, a) if a.endswith(".py") else a for a in args]
-            rate = learning_rate_text(f"{load_config(files).learning_rate:g}")
+        rate = learning_rate_text(f"{mini_recipe_config(recipe).learning_rate:g}") if recipe else ""
         test = "" if name == REFERENCE else welch_text(welch[name], p_decimals)
         how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "

@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 
 from config import ConfigError
+from huggingface import hf_source
 from optim.contract import Loop, MatrixProducts, Product, positive, setting
 from optim.newton_schulz import (
     NewtonSchulzSettings, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_iterations,
@@ -60,7 +61,7 @@ class ScionHyperparameters(NewtonSchulzSettings):  # (ns_steps, ns_coefficients)
         return "Scion"
 
     def check_loop(self, cfg: Any) -> None:
-        if self.scion_init and cfg.init_from.startswith("hf:"):
+        if self.scion_init and hf_source(cfg.init_from):
             raise ConfigError("scion_init=True re-initialises every matrix, which would discard the weights of "
                               f"init_from={cfg.init_from!r}: drop scion_init to train on from them")
 
