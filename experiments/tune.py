@@ -76,7 +76,7 @@ LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its
     "warmup_iters": WARMUPS,
     "sf_warmup_steps": WARMUPS,
     "beta1": (0.8, 0.85, 0.9, 0.95, 0.98),
-    "beta2": (0.9, 0.95, 0.98, 0.99, 0.995, 0.999),
+    "beta2": (0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9999),  # (0.9999: ADOPT's own default)
     "muon_momentum": (0.8, 0.85, 0.9, 0.95, 0.98),
     "gamma": (0.00625, 0.0125, 0.025, 0.05, 0.1, 0.2),
     "beta3": (0.99, 0.995, 0.999, 0.9995, 0.9999),
