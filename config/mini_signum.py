@@ -1,7 +1,8 @@
 # Signum for the CPU mini reproduction (after config/mini.py): Semenov et al.'s 124M settings (momentum 0.9,
-# no Nesterov, decoupled weight decay 0.1); the learning rate from the mini sweep (scripts/mini_sweep.sh).
+# no Nesterov, decoupled weight decay 0.1); the learning rate from the mini sweep (scripts/mini_sweep.sh), the weight
+# decay tuned by scripts/tune_mini.sh (results/tune/tuning.md; before, 0.1).
 optimizer = "signum"
 learning_rate = 4e-4
-weight_decay = 0.1
+weight_decay = 0.03
 beta1 = 0.9
 decay_embeddings = False  # the official decay groups
