@@ -185,12 +185,12 @@ def test_an_untuned_row_says_whether_its_search_has_begun(tmp_path):
     from experiments import tables
     results = tmp_path / "results"
     shutil.copytree(os.path.join(REPO, "results"), results)
+    def without(path, prefixes: tuple[str, ...]) -> str:
+        return "".join(line for line in path.read_text().splitlines(keepends=True) if not line.startswith(prefixes))
+
     # Sophia and Lion as if untuned, whatever results/ holds now; then Lion's search begun (9 runs)
-    speedups = (results / "tune" / "speedups.csv").read_text().splitlines(keepends=True)
-    (results / "tune" / "speedups.csv").write_text("".join(
-        line for line in speedups if not line.startswith(("Sophia,", "Lion,"))))
-    tuning = "".join(line for line in (results / "tune" / "tuning.md").read_text().splitlines(keepends=True)
-                     if not line.startswith(("| sophia |", "| lion |")))
+    (results / "tune" / "speedups.csv").write_text(without(results / "tune" / "speedups.csv", ("Sophia,", "Lion,")))
+    tuning = without(results / "tune" / "tuning.md", ("| sophia |", "| lion |"))
     row = "| lion | 9 | 0.0100 | 2.6400 | unchanged | - | inf | inf | 0.4 |\n"
     tuning = tuning.replace("\n\nIn all:", "\n" + row + "\nIn all:", 1)
     (results / "tune" / "tuning.md").write_text(tuning)
