@@ -481,7 +481,10 @@ def print_floors(rows: list[Row], device: torch.device, repeats: int, world_size
     matrix_rows = [row for row in rows if row.products and row.optimizer_ms is not None]
     if not matrix_rows:
         return
-    floors = measure_floors({str(i): row.products for i, row in enumerate(matrix_rows)}, device, repeats)
+    # (a CPU smoke run times each product once, without warm-up: it checks the script, and Shampoo's refresh
+    # products on the tiny model, 4096-sided, take seconds each on a CPU)
+    floors = measure_floors({str(i): row.products for i, row in enumerate(matrix_rows)}, device,
+                            *((repeats, 2) if device.type == "cuda" else (1, 0)))
     print("matrix optimizers against their floor (the matrix products their step declares, each timed alone here"
           + (f"; the whole model's: each of the {world_size} ranks computes its owners' share" if world_size > 1
              else "") + "):")

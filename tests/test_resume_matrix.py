@@ -1,7 +1,8 @@
 """
 Every optimizer resumes from every kind of checkpoint: each variant of the registry (every optimizer's
 mini recipes, and each of them with every other value of each setting that shapes its state) x each
-transition a preempted run may take, train.py's own loop (train.train_on) running every leg.
+transition a preempted run may take (every optimizer's first recipe, on GPT-2), or those that change the state's
+layout at 1 and 2 ranks (its other variants, or its only one again, on the Llama), train.py's own loop (train.train_on) running every leg.
 
 A straight run of STEPS steps checkpoints on the way; each resume copies its folder cut back to the
 step-2 checkpoint (as a preempted run's is), resumes it to the end, and its final weights are compared
@@ -102,13 +103,14 @@ DESTINATION = {"fsdp2_to_fsdp4": "fsdp4", "fsdp4_to_fsdp2": "fsdp2", "fsdp2_to_o
 # A Llama variant (its name ends in @llama) runs the Llama block on the same shape, but with one head of 34
 # (rotary embeddings pair a head's dimensions: an even head size) and no position table.
 LLAMA, LLAMA_SHAPE = "@llama", ["--model=llama-124m", "--n_head=1"]
+# Every Llama variant takes the transitions that change its state's layout between one process, DDP and FSDP over
+# 2 ranks (LLAMA_TRANSITIONS): what a setting that shapes the state (MARS's mars_type, Kron's merged dimensions, SOAP's
+# 1-D preconditioning, ...) puts through resharding. The asynchronous saves, the 4-rank legs (uneven row splits) and
+# the corrupt checkpoint, which every state goes through alike, are taken on GPT-2, by every optimizer's first recipe.
 # A Llama copy (its name ends in @llama-copy) is an optimizer's only recipe run again on the Llama, so that every
-# family's state goes through the Llama block; it takes the transitions between one process, DDP and FSDP over 2
-# ranks (LLAMA_COPY_TRANSITIONS). The asynchronous saves, the 4-rank legs and the corrupt checkpoint are taken on the
-# Llama by the variants of the optimizers with settings that shape their state (MARS, Muon, MARS-M, Kron, SOAP, AdamH,
-# MuonH), and by every optimizer on GPT-2.
+# family's state goes through the Llama block.
 LLAMA_COPY = LLAMA + "-copy"
-LLAMA_COPY_TRANSITIONS = ("fsdp2_to_ddp2", "fsdp2_to_one", "one_to_fsdp2")
+LLAMA_TRANSITIONS = ("fsdp2_to_ddp2", "fsdp2_to_one", "one_to_fsdp2")
 
 
 def state_variants() -> dict[str, list[str]]:
@@ -116,7 +118,7 @@ def state_variants() -> dict[str, list[str]]:
     setting that shapes its state (its Hyperparameters.state_keys: a boolean flipped, each other choice),
     one at a time (but SAME_STATE's); a variant whose settings equal an earlier one's is left out. The first recipe
     of each optimizer runs GPT-2; its other variants run the Llama, and an optimizer with no other variant runs its
-    first recipe on the Llama too (a Llama copy: LLAMA_COPY_TRANSITIONS): every optimizer family on both models."""
+    first recipe on the Llama too (a Llama copy): every optimizer family on both models."""
     variants, seen = {}, set()
     for spec in OPTIMIZERS.values():
         recipes = {name: recipe.args.split() for name, recipe in MINI_RECIPES[spec.name].items()}
@@ -152,8 +154,8 @@ def recipe_of(variant: str) -> str:
 ONLY = [name for name in os.environ.get("RESUME_MATRIX_ONLY", "").split(",") if name]
 VARIANTS = {v: args for v, args in state_variants().items()
             if not ONLY or recipe_of(v) in ONLY}
-FULL = [v for v in VARIANTS if not v.endswith(LLAMA_COPY)]  # the variants that take every transition
-CASES = [(v, t) for v in VARIANTS for t in TRANSITIONS if v in FULL or t in LLAMA_COPY_TRANSITIONS]
+FULL = [v for v in VARIANTS if LLAMA not in v]  # the variants that take every transition: GPT-2's
+CASES = [(v, t) for v in VARIANTS for t in TRANSITIONS if v in FULL or t in LLAMA_TRANSITIONS]
 
 
 def run_args(variant: str, data_dir: str, out_dir: str, world_size: int, data_parallel: str = "fsdp",
@@ -211,7 +213,7 @@ def legs(data_dir: str, root: str) -> dict[str, tuple[int, list[tuple]]]:
             return resumed(f"{v}/{leg}", run[source], step,
                            args(leg, world_size, data_parallel, **overrides) + ["--init_from=resume"])
 
-        taken = None if v in FULL else {"fsdp2", "ddp2", "one", *LLAMA_COPY_TRANSITIONS}  # (a Llama copy's legs)
+        taken = None if v in FULL else {"fsdp2", "ddp2", "one", *LLAMA_TRANSITIONS}  # (a Llama variant's legs)
 
         def add(launch: str, scenarios: list[tuple]) -> None:
             launches[launch][1].extend(s for s in scenarios if taken is None or s[0].split("/")[-1] in taken)

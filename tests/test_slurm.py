@@ -73,8 +73,10 @@ REQUEUE_SEEN: dict[str, float] = {}  # job -> when it was first seen waiting aft
 
 def start_requeued(cluster, job: str) -> None:
     """Start a requeued job 2 s after it is seen waiting instead of SLURM's ~2 minutes: at once, slurmd may
-    still be ending its last life and refuse the launch ("Job credential revoked"), failing the job."""
-    if cluster.job_state(job) != "PENDING" or cluster.job_field(job, "Reason") != "BeginTime":
+    still be ending its last life and refuse the launch ("Job credential revoked"), failing the job. (Waiting is
+    PENDING after a restart, whatever its reason: the reason turns from the last life's to BeginTime only at the
+    scheduler's next pass, up to a minute later.)"""
+    if cluster.job_state(job) != "PENDING" or cluster.job_field(job, "Restarts") in ("", "0"):
         return
     if time.time() - REQUEUE_SEEN.setdefault(job, time.time()) >= 2:
         cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now", check=False)
