@@ -473,7 +473,7 @@ FLOOR_HEADER = ("| optimizer | model | optimizer ms | " + " | ".join(FLOOR_COLUM
                 + " | whole step ms | whole step / AdamW's |")
 
 
-def print_floors(rows: list[Row], device: torch.device, repeats: int, world_size: int) -> None:
+def print_floors(rows: list[Row], device: torch.device, repeats: int, warmup: int, world_size: int) -> None:
     """The timed rows of the matrix optimizers against their floor: the matrix products their step declares,
     each timed alone on this device after the rows (bench.optimizer_step.measure_floors, bench.optimizer_step's
     floor rows too); the optimizer step as the training step runs it (optimizer ms), and the whole step against
@@ -481,10 +481,7 @@ def print_floors(rows: list[Row], device: torch.device, repeats: int, world_size
     matrix_rows = [row for row in rows if row.products and row.optimizer_ms is not None]
     if not matrix_rows:
         return
-    # (a CPU smoke run times each product once, without warm-up: it checks the script, and Shampoo's refresh
-    # products on the tiny model, 4096-sided, take seconds each on a CPU)
-    floors = measure_floors({str(i): row.products for i, row in enumerate(matrix_rows)}, device,
-                            *((repeats, 2) if device.type == "cuda" else (1, 0)))
+    floors = measure_floors({str(i): row.products for i, row in enumerate(matrix_rows)}, device, repeats, warmup)
     print("matrix optimizers against their floor (the matrix products their step declares, each timed alone here"
           + (f"; the whole model's: each of the {world_size} ranks computes its owners' share" if world_size > 1
              else "") + "):")
@@ -612,7 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     print()
     print_profiles(rows)
-    print_floors(rows, rt.device, 2 if args.cpu_smoke else 20, rt.world_size)
+    # (a CPU smoke run times each product once, without warm-up: it checks the script, and Shampoo's refresh
+    # products on the tiny model, 4096-sided, take seconds each on a CPU)
+    print_floors(rows, rt.device, *((1, 0) if args.cpu_smoke else (20, 2)), rt.world_size)
     if args.alone_repeats:
         config = GPTConfig(**{**PRESETS["small"], **(SMOKE_MODEL if args.cpu_smoke else {})})
         times = optimizer_alone_ms(config, rt.device, args.alone_repeats, compiled=not args.cpu_smoke,

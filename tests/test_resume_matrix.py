@@ -2,7 +2,8 @@
 Every optimizer resumes from every kind of checkpoint: each variant of the registry (every optimizer's
 mini recipes, and each of them with every other value of each setting that shapes its state) x each
 transition a preempted run may take (every optimizer's first recipe, on GPT-2), or those that change the state's
-layout between one process and FSDP over 2 ranks (its other variants, or its only one again, on the Llama), train.py's own loop (train.train_on) running every leg.
+layout between one process and FSDP over 2 ranks (its other variants, or its only one again, on the Llama),
+train.py's own loop (train.train_on) running every leg.
 
 A straight run of STEPS steps checkpoints on the way; each resume copies its folder cut back to the
 step-2 checkpoint (as a preempted run's is), resumes it to the end, and its final weights are compared
@@ -112,6 +113,7 @@ LLAMA, LLAMA_SHAPE = "@llama", ["--model=llama-124m", "--n_head=1"]
 # family's state goes through the Llama block.
 LLAMA_COPY = LLAMA + "-copy"
 LLAMA_TRANSITIONS = ("fsdp2_to_one", "one_to_fsdp2")
+LLAMA_STRAIGHT_RUNS = ("fsdp2", "one")  # the runs they continue
 
 
 def state_variants() -> dict[str, list[str]]:
@@ -214,7 +216,7 @@ def legs(data_dir: str, root: str) -> dict[str, tuple[int, list[tuple]]]:
             return resumed(f"{v}/{leg}", run[source], step,
                            args(leg, world_size, data_parallel, **overrides) + ["--init_from=resume"])
 
-        taken = None if v in FULL else {"fsdp2", "one", *LLAMA_TRANSITIONS}  # (a Llama variant's legs)
+        taken = None if v in FULL else {*LLAMA_STRAIGHT_RUNS, *LLAMA_TRANSITIONS}  # (a Llama variant's legs)
 
         def add(launch: str, scenarios: list[tuple]) -> None:
             launches[launch][1].extend(s for s in scenarios if taken is None or s[0].split("/")[-1] in taken)
@@ -360,8 +362,10 @@ def test_every_variant_sharded_ends_where_ddp_and_one_process_end(matrix, varian
     one, one_diagnostics = without_key_bias(one), last_diagnostics(os.path.join(root, variant, "one"))
     assert {"update_rms", "weight_rms", "grad_norm"} <= one_diagnostics.keys(), one_diagnostics
     for run, tolerance in AGAINST_ONE_PROCESS.items():
-        if variant not in FULL and run != "fsdp2" or run == "fsdp4" and recipe_of(variant) in ROUNDING_CHAOTIC:
-            continue  # (a Llama variant's straight runs: FSDP over 2 and one process)
+        if variant not in FULL and run not in LLAMA_STRAIGHT_RUNS:
+            continue
+        if run == "fsdp4" and recipe_of(variant) in ROUNDING_CHAOTIC:
+            continue
         if run == "fsdp2" and recipe_of(variant) in FUSED_TAIL | ROW_BLOCK_SUMS:
             tolerance = OTHER_PARALLELISM
         weights = without_key_bias(final_weights(os.path.join(root, variant, run)))
