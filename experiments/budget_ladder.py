@@ -4,6 +4,8 @@ budget, which experiments/report.py inverts to price every other optimizer's los
 token-equivalent speedup).
 
     python -m experiments.budget_ladder out/mini_paper --jobs 2   # 15 runs (7.75 mini runs of work per seed)
+    # the mini Llama's, at the AdamW point tuned on it (after the recipe's config, so they win over it)
+    python -m experiments.budget_ladder out/mini_tune_llama/tuned --jobs 2 config/mini_llama.py --beta1=0.85
 
 AdamW's mini recipe (config/mini.py, config/mini_adamw.py) at FACTORS x the mini budget (64 to 1,024 steps
 of 4,096 tokens: 0.26M to 4.19M tokens), seeds 1, 2, 3, each run to its end with its own schedule stretched
@@ -15,7 +17,9 @@ rate may differ, so its loss there is an upper bound of tuned AdamW's, which fla
 The 1x rung is the mini reproduction's own AdamW recipe (`adamw`, in the same folders), so the runs
 scripts/mini_paper.sh finished are reused, and the other rungs go beside them (<folder>/adamw@<f>x/base/
 seed<N>/): report.py over the folder then holds the ladder and every optimizer. Rerunning resumes what is
-not done; --report-only writes just the report, into <folder>/report/.
+not done; --report-only writes just the report, into <folder>/report/. Config files and --key=value
+overrides after the folder go after the recipe's own (so an override wins over the recipe's value), and the
+schedule is stretched from what they resolve to.
 """
 
 if not __package__:  # run as a file: the repository's modules (errors, optim, ...) are not importable
@@ -41,9 +45,10 @@ def rung_name(factor: float) -> str:
     return RECIPE if factor == 1 else f"{RECIPE}@{factor:g}x"
 
 
-def stretched(factor: float) -> str:
-    """train.py overrides that stretch the mini schedule (steps, warmup, evaluation and log cadence) by factor."""
-    cfg = load_config([BASE, *mini_recipes()[RECIPE].args.split()])
+def stretched(factor: float, extra: list[str] = ()) -> str:
+    """train.py overrides that stretch the mini schedule (steps, warmup, evaluation and log cadence) by factor;
+    extra: the ladder's own config files and overrides, after the recipe's."""
+    cfg = load_config([BASE, *mini_recipes()[RECIPE].args.split(), *extra])
     steps, every = cfg.max_iters * factor, cfg.eval_interval * factor
     if steps != int(steps) or every != int(every):  # evaluations must fall on the same fractions of each run
         raise ValueError(f"factor {factor:g} does not divide the mini schedule ({cfg.max_iters} steps, an "
@@ -59,12 +64,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=at_least(1), default=2, help="runs at a time, one CPU thread each")
     parser.add_argument("--seeds", default=SEEDS, help="comma-separated seeds per budget")
     parser.add_argument("--report-only", action="store_true", help="write the report of the runs so far")
-    args, extra = parser.parse_known_args(argv)  # extra: train.py overrides for every run (e.g. a dry run's)
+    args, extra = parser.parse_known_args(argv)  # extra: config files and train.py overrides for every run
     if not args.report_only:
-        argv = [args.folder, BASE, *extra, "--jobs", str(args.jobs), "--seeds", args.seeds]
+        argv = [args.folder, BASE, "--jobs", str(args.jobs), "--seeds", args.seeds]
+        recipe = " ".join([mini_recipes()[RECIPE].args, *extra])
         for factor in FACTORS:
-            recipe = mini_recipes()[RECIPE].args
-            argv += ["--recipe", f"{rung_name(factor)}={recipe}" + ("" if factor == 1 else f" {stretched(factor)}")]
+            argv += ["--recipe", f"{rung_name(factor)}={recipe}" + ("" if factor == 1 else f" {stretched(factor, extra)}")]
         sweep.main(argv)
     report.main([args.folder, "--out", os.path.join(args.folder, "report")])
 

@@ -424,6 +424,24 @@ def test_the_budget_ladder_stretches_adamws_schedule_to_each_budget():
         budget_ladder.stretched(0.3)
 
 
+def test_the_budget_ladders_own_arguments_win_over_the_recipe(monkeypatch):
+    """The mini Llama's ladder at the AdamW point tuned on it: config files and overrides after the folder go
+    after the recipe's config in every rung (its beta1 0.9 loses to --beta1=0.85), and each rung's schedule is
+    stretched from what they resolve to (a warmup of 100, not the recipe's 150)."""
+    captured = []
+    monkeypatch.setattr(budget_ladder.sweep, "main", captured.append)
+    monkeypatch.setattr(budget_ladder.report, "main", lambda argv: None)
+    budget_ladder.main(["out/x", "--jobs", "2", "config/mini_llama.py", "--beta1=0.85", "--warmup_iters=100"])
+    argv = captured[0]
+    assert argv[:6] == ["out/x", budget_ladder.BASE, "--jobs", "2", "--seeds", "1,2,3"]
+    rungs = dict(value.partition("=")[::2] for option, value in zip(argv[6::2], argv[7::2]) if option == "--recipe")
+    assert sorted(rungs) == sorted(budget_ladder.rung_name(f) for f in budget_ladder.FACTORS)
+    for factor in budget_ladder.FACTORS:
+        cfg = load_config([budget_ladder.BASE, *rungs[budget_ladder.rung_name(factor)].split()])
+        assert (cfg.model, cfg.hyperparameters.beta1) == ("llama-124m", 0.85)
+        assert (cfg.max_iters, cfg.warmup_iters) == (256 * factor, 100 * factor)
+
+
 @pytest.mark.quick
 def test_the_report_ranks_its_optimizers_beside_the_published_ones(tmp_path):
     """Kendall's tau between the mean best losses of the runs' setting and Wen et al.'s 130M ranking, over the
