@@ -26,6 +26,10 @@ Tables:
          runs and the tuned recipes, on the tuned AdamW's ladder), the learning rates from their mini recipes.
   llama  docs/reproducing.md's mini Llama table: results/mini_llama/report.md (loss, Welch tests, speedups) beside
          the GPT-2 mini loss at the same recipe (results/tune/speedups.csv where tuned, else results/mini/'s).
+  llama_tuned  docs/reproducing.md's table of the recipes tuned on the Llama: results/tune_llama/tuning.md (runs,
+         what moved: its start and tuned points) and report.md (tuned seeds, Welch tests, speedups over the tuned
+         Llama AdamW's ladder, projected GPU time) beside each GPT-2 recipe's loss on the Llama
+         (results/mini_llama/report.md).
 
 Where a table reads a committed report's Markdown table, it reads the report as experiments.report (or
 experiments.batch_ladder, experiments.tune) wrote it, rounding the printed digits half up; a Welch difference
@@ -445,6 +449,69 @@ def llama_table(results: str = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
+# How the tuned Llama table names a moved key (its value printed as the pages print it).
+MOVED_KEYS = {"learning_rate": "lr", "weight_decay": "decay", "warmup_iters": "warmup", "muon_momentum": "momentum"}
+
+
+def tuning_moves(path: str) -> dict[str, str]:
+    """recipe -> what its search moved ('lr 5.66e-2 → 4e-2, decay 1e-3 → 0'; 'nothing'), from a tuning.md's
+    per-recipe 'start:' and 'tuned:' lines (experiments.tune writes both)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise InputError(f"cannot read {path} ({e.strerror}); it is a committed result: restore it") from e
+
+    def point(line: str) -> dict[str, str]:
+        return dict(pair.split("=") for pair in line.split(": ", 1)[1].split(", "))
+
+    def value(key: str, text: str) -> str:  # a rate as the pages write one: 3 digits, 5.66e-2
+        rate = key in ("learning_rate", "weight_decay") and 0 < float(text) < 1
+        return learning_rate_text(significant(text, 3)) if rate else text
+
+    out = {}
+    for recipe, start, tuned in re.findall(r"^## (\w+)\n\n(start: .*)\n(tuned: .*)$", text, flags=re.M):
+        before, after = point(start), point(tuned)
+        moved = [f"{MOVED_KEYS.get(key, key)} {value(key, before[key])} → {value(key, after[key])}"
+                 for key in before if after[key] != before[key]]
+        out[recipe] = ", ".join(moved) or "nothing"
+    return out
+
+
+def llama_tuned_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's tuned mini Llama table: each recipe tuned on the Llama, best first, its GPT-2 recipe
+    carried over (results/mini_llama/report.md's loss) beside its tuning (results/tune_llama/tuning.md: runs,
+    what moved, seed 1 at half and twice the tuned rate) and its tuned seeds, Welch test against the Llama's
+    tuned AdamW, speedup over that AdamW's own ladder and the GPU time it projects (results/tune_llama/report.md,
+    its projection on the Llama's own GPU rows)."""
+    carried = mean_losses(os.path.join(results, "mini_llama", "report.md"))
+    path = os.path.join(results, "tune_llama", "report.md")
+    welch = welch_against(path, REFERENCE)
+    speedups = {r["optimizer"]: r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r}
+    gpu_column = next(c for c in speedups[REFERENCE] if c.startswith("projected GPU-time speedup"))
+    loss = mean_losses(path)
+    tuning_md = os.path.join(results, "tune_llama", "tuning.md")
+    moves = tuning_moves(tuning_md)
+    summary = {recipe_display_name(r["recipe"]): r for r in report_table(tuning_md, "recipe")}
+    recipes = {recipe_display_name(r): r for r in moves}
+    lines = ["| optimizer | GPT-2 recipe on the Llama | runs | what tuning on the Llama moved | tuned, seeds 1-4 | "
+             "seed 1: 0.5x / 2x lr | vs the Llama's tuned AdamW (Welch, p) | speedup over the Llama's tuned AdamW "
+             f"(95% interval) | {gpu_column} |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def speedup(name: str, column: str) -> str:  # (AdamW's own: its curve's error, written 1x as the report does)
+        cell = speedups[name][column]
+        return interval_text(cell).replace("1.00x", "1x", 1) if cell else ""
+
+    for name in sorted(summary, key=lambda n: float(speedups[n]["best val loss"])):
+        search = summary[name]
+        test = "" if name == REFERENCE else welch_text(welch[name], p_significant)
+        cells = [name, carried[name], search["runs"].replace(" (capped)", ", capped"), moves[recipes[name]],
+                 loss[name], f"{rounded(search['0.5x lr'], 3)} / {rounded(search['2x lr'], 3)}", test,
+                 speedup(name, "speedup (95% interval)"), speedup(name, gpu_column)]
+        lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
+    return "\n".join(lines) + "\n"
+
+
 # The optimizers of 2026 by display name: their registry names (their mini recipes hold the swept learning rates).
 NEW_2026 = {"NorMuon": "normuon", "AdaMuon": "adamuon", "MuonClip": "muonclip", "Dion": "dion", "Shampoo": "shampoo",
             "AdamH": "adamh", "MuonH": "muonh"}
@@ -473,7 +540,7 @@ def new_2026_table(results: str = RESULTS) -> str:
 
 
 TABLES = {"mini": mini_table, "mini_lr": lr_only_table, "tuned": tuned_table, "ladder": ladder_table,
-          "llama": llama_table, "new_2026": new_2026_table}
+          "llama": llama_table, "llama_tuned": llama_tuned_table, "new_2026": new_2026_table}
 
 
 def render(text: str, results: str = RESULTS) -> str:

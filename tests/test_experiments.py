@@ -101,6 +101,7 @@ def test_the_readmes_tables_are_what_the_command_makes_of_the_results():
 DOCS_TABLES = {
     "mini_lr": "| 0.49M GPT, 1.05M byte tokens | best val loss | learning rate | vs AdamW (Welch, p) |",
     "llama": "| optimizer | mini recipe | GPT-2 mini | Llama mini | vs the Llama's AdamW (Welch, p) |",
+    "llama_tuned": "| optimizer | GPT-2 recipe on the Llama | runs | what tuning on the Llama moved | tuned, seeds 1-4 |",
     "tuned": "| optimizer | learning rate only | speedup over AdamW | projected GPU-time speedup",
     "ladder": "| best val loss (nats/byte), tuned lr | 4K tokens/step (1,024 steps) |",
     "new_2026": "| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) |",
@@ -115,9 +116,9 @@ def regions(text: str) -> dict[str, str]:
 
 @pytest.mark.quick
 def test_the_reproducing_pages_tables_are_generated():
-    """docs/reproducing.md's learning-rate-only, tuned, mini Llama, ladder and 2026 tables are marked regions, each
-    what experiments.tables makes of the committed results (a row of each pinned), and an emptied region is
-    rewritten to the same bytes."""
+    """docs/reproducing.md's learning-rate-only, tuned, mini Llama (carried over and tuned on it), ladder and 2026
+    tables are marked regions, each what experiments.tables makes of the committed results (a row of each
+    pinned), and an emptied region is rewritten to the same bytes."""
     from experiments import tables
 
     text = (REPO / "docs" / "reproducing.md").read_text()
@@ -137,6 +138,11 @@ def test_the_reproducing_pages_tables_are_generated():
         in found["llama"]
     assert "| Lion | learning rate | 2.645 ± 0.005 | 2.402 ± 0.019 | +0.749, p < 0.001 | 0.28x (< 0.25 to 0.32) |" \
         in found["llama"]
+    assert ("| MARS-approx | 1.684 ± 0.006 | 19, capped | lr 6e-3 → 1.7e-2, gamma 0.025 → 0.05 | 1.600 ± 0.018 | "
+            "1.643 / 1.674 | -0.022, p = 0.091 | 1.06x (0.98 to 1.15) | 1.01x (0.93 to 1.09) |") in found["llama_tuned"]
+    assert "| MARS-exact | 1.656 ± 0.035 | 13 | nothing |" in found["llama_tuned"]
+    assert "| AdamW | 1.653 ± 0.023 | 20 | beta1 0.9 → 0.85 | 1.622 ± 0.011 | 1.688 / 1.650 | | 1x (0.96 to 1.06) |" \
+        in found["llama_tuned"]
     assert "| MARS-exact − AdamW (Welch p) | −0.049 (0.60) | +0.012 (0.32) | −0.102 (0.047) |" in found["ladder"]
     assert "| NorMuon | learning rate | 2e-2 | 1.912 ± 0.002 | -0.368, p < 0.001 | 2.48x (2.40 to 2.55) |" \
         in found["new_2026"]
@@ -154,6 +160,7 @@ def test_a_hand_edited_docs_table_fails_the_check(tmp_path, monkeypatch):
     for name, old, new in [("mini_lr", "| Lion | 2.645 ± 0.005 |", "| Lion | 2.640 ± 0.005 |"),
                            ("tuned", "| 23 | decay 1e-2", "| 24 | decay 1e-2"),
                            ("llama", "+0.749, p < 0.001", "+0.750, p < 0.001"),
+                           ("llama_tuned", "| 19, capped |", "| 20, capped |"),
                            ("ladder", "| 0.09, 0.81 |", "| 0.10, 0.81 |")]:
         assert regions(original)[name].count(old) == 1, (name, old)
         edited = original.replace(old, new)
