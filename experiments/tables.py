@@ -491,9 +491,8 @@ def llama_tuned_table(results: str = RESULTS) -> str:
     gpu_column = next(c for c in speedups[REFERENCE] if c.startswith("projected GPU-time speedup"))
     loss = mean_losses(path)
     tuning_md = os.path.join(results, "tune_llama", "tuning.md")
-    moves = tuning_moves(tuning_md)
+    moves = {recipe_display_name(recipe): moved for recipe, moved in tuning_moves(tuning_md).items()}
     summary = {recipe_display_name(r["recipe"]): r for r in report_table(tuning_md, "recipe")}
-    recipes = {recipe_display_name(r): r for r in moves}
     lines = ["| optimizer | GPT-2 recipe on the Llama | runs | what tuning on the Llama moved | tuned, seeds 1-4 | "
              "seed 1: 0.5x / 2x lr | vs the Llama's tuned AdamW (Welch, p) | speedup over the Llama's tuned AdamW "
              f"(95% interval) | {gpu_column} |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -505,7 +504,7 @@ def llama_tuned_table(results: str = RESULTS) -> str:
     for name in sorted(summary, key=lambda n: float(speedups[n]["best val loss"])):
         search = summary[name]
         test = "" if name == REFERENCE else welch_text(welch[name], p_significant)
-        cells = [name, carried[name], search["runs"].replace(" (capped)", ", capped"), moves[recipes[name]],
+        cells = [name, carried[name], search["runs"].replace(" (capped)", ", capped"), moves[name],
                  loss[name], f"{rounded(search['0.5x lr'], 3)} / {rounded(search['2x lr'], 3)}", test,
                  speedup(name, "speedup (95% interval)"), speedup(name, gpu_column)]
         lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
