@@ -168,14 +168,19 @@ def p_significant(p: str) -> str:
     return "p < 0.001" if float(p) < 0.001 else f"p = {significant(p)}"
 
 
+def committed_result(path: str) -> str:
+    """A committed report's text (a named error where it is missing)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise InputError(f"cannot read {path} ({e.strerror}); it is a committed result: restore it") from e
+
+
 def markdown_tables(path: str) -> list[list[dict]]:
     """Every Markdown table of a committed report: its rows as dicts by header (a header cell repeated keeps
     its column's position as its key's suffix)."""
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise InputError(f"cannot read {path} ({e.strerror}); it is a committed result: restore it") from e
+    lines = committed_result(path).splitlines()
     tables, current = [], None
     for line in lines:
         if not line.startswith("|"):
@@ -456,11 +461,7 @@ MOVED_KEYS = {"learning_rate": "lr", "weight_decay": "decay", "warmup_iters": "w
 def tuning_moves(path: str) -> dict[str, str]:
     """recipe -> what its search moved ('lr 5.66e-2 → 4e-2, decay 1e-3 → 0'; 'nothing'), from a tuning.md's
     per-recipe 'start:' and 'tuned:' lines (experiments.tune writes both)."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise InputError(f"cannot read {path} ({e.strerror}); it is a committed result: restore it") from e
+    text = committed_result(path)
 
     def point(line: str) -> dict[str, str]:
         return dict(pair.split("=") for pair in line.split(": ", 1)[1].split(", "))
@@ -496,17 +497,18 @@ def llama_tuned_table(results: str = RESULTS) -> str:
     lines = ["| optimizer | GPT-2 recipe on the Llama | runs | what tuning on the Llama moved | tuned, seeds 1-4 | "
              "seed 1: 0.5x / 2x lr | vs the Llama's tuned AdamW (Welch, p) | speedup over the Llama's tuned AdamW "
              f"(95% interval) | {gpu_column} |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-
-    def speedup(name: str, column: str) -> str:  # (AdamW's own: its curve's error, written 1x as the report does)
-        cell = speedups[name][column]
-        return interval_text(cell).replace("1.00x", "1x", 1) if cell else ""
-
     for name in sorted(summary, key=lambda n: float(speedups[n]["best val loss"])):
-        search = summary[name]
-        test = "" if name == REFERENCE else welch_text(welch[name], p_significant)
+        search, row = summary[name], speedups[name]
+        if name == REFERENCE:
+            test, speedup = "", own_interval(path)
+            gpu_speedup = speedup
+        else:
+            test = welch_text(welch[name], p_significant)
+            speedup = interval_text(row["speedup (95% interval)"])
+            gpu_speedup = interval_text(row[gpu_column]) if row[gpu_column] else ""  # (no GPU row measured)
         cells = [name, carried[name], search["runs"].replace(" (capped)", ", capped"), moves[name],
-                 loss[name], f"{rounded(search['0.5x lr'], 3)} / {rounded(search['2x lr'], 3)}", test,
-                 speedup(name, "speedup (95% interval)"), speedup(name, gpu_column)]
+                 loss[name], f"{rounded(search['0.5x lr'], 3)} / {rounded(search['2x lr'], 3)}", test, speedup,
+                 gpu_speedup]
         lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
     return "\n".join(lines) + "\n"
 
