@@ -17,6 +17,11 @@
 #            activation checkpointing, each with bench.memory's prediction of what max_memory_allocated sees
 #   large    timed rows of llama-124m and llama-720m, then of large and XL under FSDP with activation checkpointing
 #            (RUN_S caps each of a stage's runs, so that the first leaves the second its time)
+#   matrix   whole training steps of the matrix optimizers beside AdamW's (bench.gpu's rows and its floor table:
+#            step / floor, the whole step against AdamW's): GPT-2 small and llama-124m with Muon, Moonlight, MARS-M,
+#            SOAP, Kron and Scion, then llama-720m with the first four (about 17 s a row on the H200; RUN_S caps each)
+#   new      the same rows of the 2026 optimizers (NorMuon, AdaMuon, MuonClip, Dion, Shampoo, AdamH, MuonH) on
+#            GPT-2 small
 #   async    train.py on GPT-2 small, FSDP on one GPU, a checkpoint every 10 steps: how long a save holds
 #            training up, synchronous against asynchronous (its log lines)
 #   official MARS-AdamW against its authors' fused implementation (bench.official_mars on the official
@@ -96,7 +101,7 @@ for stage in "$@"; do
         done ;;
     graphs)
         bench_gpu 150 --micro-batch 16 --compile-mode reduce-overhead --profile-steps 3 ;;
-    fsdp | memory | large)
+    fsdp | memory | large | matrix | new)
         families=adamw,mars-approx,mars-exact,muon
         case $stage in
         fsdp) runs=("--data-parallel ddp --models small --memory-only '' --optimizers $families"
@@ -105,6 +110,9 @@ for stage in "$@"; do
                       "--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon") ;;
         large) runs=("--models llama-124m,llama-720m --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon"
                      "--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
+        matrix) runs=("--models small,llama-124m --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap,kron,scion"
+                      "--models llama-720m --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap") ;;
+        new) runs=("--models small --memory-only '' --optimizers adamw,normuon,adamuon,muonclip,dion,shampoo,adamh,muonh") ;;
         esac
         for run in "${runs[@]}"; do
             [ "$(left)" -gt 120 ] || { echo "skipped: $run (time)" | tee -a "$OUT/$stage.txt"; continue; }

@@ -104,7 +104,7 @@ from optim.newton_schulz import ns5_flops
 from config import TrainConfig
 from model import GPT, GPTConfig, mlp_hidden
 from optim import OPTIMIZERS, load_config
-from optim.sharding import balanced_owners, exchanged_bytes, row_blocks
+from optim.sharding import balanced_owners, received_bytes, row_blocks
 from optim.routing import parameter_kinds
 from errors import InputError, exit_on_input_error
 from runtime import Runtime, resolve_dtype
@@ -579,8 +579,8 @@ def communication(run: Run) -> dict[str, float]:
     if not run.fsdp:
         out["all-reduce (fp32 gradients)"] = passes * 2 * ring * 4 * sum(t.numel for t in tensors)
         if matrices:
-            out["Newton-Schulz results"] = exchanged_bytes([t.numel for t in matrices], ns5_costs(matrices), n,
-                                                           ns5_bytes)
+            out["Newton-Schulz results"] = max(received_bytes([t.numel for t in matrices], ns5_costs(matrices), n,
+                                                              ns5_bytes))
         return out
     whole = {unit: n * held_bytes([t for t in tensors if t.block == unit], n, 0, True, 1)
              for unit in {t.block for t in tensors}}
@@ -589,7 +589,8 @@ def communication(run: Run) -> dict[str, float]:
     out["all-gather (weights)"] = micro_steps * ring * run.compute_bytes * (2 * blocks + whole[None])
     out["reduce-scatter (fp32 gradients)"] = passes * ring * 4 * sum(whole.values())
     if matrices:
-        out["Newton-Schulz gather"], out["Newton-Schulz return"] = ns5_exchange(matrices, n, ns5_bytes)
+        gather, back = ns5_exchange(matrices, n, ns5_bytes)
+        out["Newton-Schulz gather"], out["Newton-Schulz return"] = max(gather), max(back)
     return out
 
 
@@ -598,13 +599,13 @@ def ns5_costs(matrices: list[Tensor]) -> list[int]:
     return [ns5_flops(*t.shape) for t in matrices]
 
 
-def ns5_exchange(matrices: list[Tensor], n: int, element_bytes: int) -> tuple[float, float]:
-    """Bytes the busiest rank receives in optim.sharding.on_owner_ranks' two all-to-alls (Newton-Schulz's):
-    the other ranks' rows of the matrices it owns, then its rows of the others' results."""
+def ns5_exchange(matrices: list[Tensor], n: int, element_bytes: int) -> tuple[list[int], list[int]]:
+    """Bytes each rank receives in optim.sharding.on_owner_ranks' two all-to-alls (Newton-Schulz's): the other
+    ranks' rows of the matrices it owns, then its rows of the others' results."""
     owners, _ = balanced_owners(ns5_costs(matrices), n)
     gather = [sum(t.numel - t.local(n, r) for t, owner in zip(matrices, owners) if owner == r) for r in range(n)]
     back = [sum(t.local(n, r) for t, owner in zip(matrices, owners) if owner != r) for r in range(n)]
-    return element_bytes * max(gather), element_bytes * max(back)
+    return [element_bytes * b for b in gather], [element_bytes * b for b in back]
 
 
 # ----------------------------------------------------------------------------- the command

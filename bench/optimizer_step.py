@@ -50,7 +50,7 @@ from bench.memory import Tensor, ns5_costs, ns5_exchange
 from model import GPT, GPTConfig, PRESETS
 from optim import MARS, OPTIMIZERS, build_optimizer, load_config
 from optim.contract import MatrixProducts, Product
-from optim.sharding import balanced_owners, exchanged_bytes
+from optim.sharding import balanced_owners, received_bytes
 
 # --smoke's model, and bench.gpu --cpu-smoke's: a 2-layer, 32-wide GPT of 32-token windows over a 256-token
 # vocabulary (NS5 of a 50304-wide embedding would take most of a smoke run's time on CPU).
@@ -258,12 +258,12 @@ def matrix_shapes(config: GPTConfig) -> list[tuple[int, int]]:
 class OwnerPlan:
     """One step of Newton-Schulz shared out over ranks (optim.newton_schulz.newton_schulz5_across_ranks): each
     rank's NS5 FLOPs under the owner plan (optim.sharding.balanced_owners, by NS5's FLOPs), the largest matrix's
-    (whole matrices: its owner carries at least that), and the bytes the busiest rank receives."""
+    (whole matrices: its owner carries at least that), and the bytes each rank receives."""
 
     loads: list[float]
     largest: float
-    ddp_bytes: float  # the owners' results, broadcast (optim.sharding.exchanged_bytes)
-    fsdp_bytes: tuple[float, float]  # the two all-to-alls: row blocks to the owners, results back (bench.memory)
+    ddp_bytes: list[int]  # the owners' results, broadcast (optim.sharding.received_bytes)
+    fsdp_bytes: tuple[list[int], list[int]]  # the two all-to-alls: row blocks to the owners, results back
 
     @property
     def balance(self) -> float:
@@ -277,7 +277,7 @@ def owner_plan(shapes: list[tuple[int, int]], world_size: int, element_size: int
     matrices = [Tensor("matrix", shape, None) for shape in shapes]
     costs = ns5_costs(matrices)
     return OwnerPlan(balanced_owners(costs, world_size)[1], max(costs),
-                     exchanged_bytes([t.numel for t in matrices], costs, world_size, element_size),
+                     received_bytes([t.numel for t in matrices], costs, world_size, element_size),
                      ns5_exchange(matrices, world_size, element_size))
 
 
@@ -287,16 +287,22 @@ def print_owner_plans(models: dict[str, GPTConfig], world_sizes: tuple[int, ...]
           "(FSDP: blocks to the owners + results back):")
     print(f"{'model':<26} {'matrices':>8} {'NS5 TFLOP':>10} {'ranks':>5} {'busiest TFLOP':>13} {'mean TFLOP':>10} "
           f"{'max/mean':>8} {'best':>6} {'DDP GB':>8} {'FSDP GB':>17}")
-    for name, config in models.items():
-        shapes = matrix_shapes(config)
-        for world_size in world_sizes:
-            plan = owner_plan(shapes, world_size)
-            mean, (gather, back) = statistics.mean(plan.loads), plan.fsdp_bytes
-            best = max(1.0, plan.largest / mean)  # no plan of whole matrices does better
-            fsdp = f"{gather / 1e9:.4g} + {back / 1e9:.4g}"
-            print(f"{name:<26} {len(shapes):>8} {sum(plan.loads) / 1e12:>10.4g} {world_size:>5} "
-                  f"{max(plan.loads) / 1e12:>13.4g} {mean / 1e12:>10.4g} {plan.balance:>7.2f}x {best:>5.2f}x "
-                  f"{plan.ddp_bytes / 1e9:>8.4g} {fsdp:>17}")
+    plans = {(name, world_size): owner_plan(matrix_shapes(config), world_size)
+             for name, config in models.items() for world_size in world_sizes}
+    for (name, world_size), plan in plans.items():
+        mean, (gather, back) = statistics.mean(plan.loads), plan.fsdp_bytes
+        best = max(1.0, plan.largest / mean)  # no plan of whole matrices does better
+        fsdp = f"{max(gather) / 1e9:.4g} + {max(back) / 1e9:.4g}"
+        print(f"{name:<26} {len(matrix_shapes(models[name])):>8} {sum(plan.loads) / 1e12:>10.4g} {world_size:>5} "
+              f"{max(plan.loads) / 1e12:>13.4g} {mean / 1e12:>10.4g} {plan.balance:>7.2f}x {best:>5.2f}x "
+              f"{max(plan.ddp_bytes) / 1e9:>8.4g} {fsdp:>17}")
+    print("\nEach rank's share, rank 0 first: NS5 TFLOP; GB received under DDP; under FSDP (blocks in + results back):")
+    for (name, world_size), plan in plans.items():
+        gather, back = plan.fsdp_bytes
+        print(f"{name} over {world_size}")
+        print("  TFLOP    " + " ".join(f"{load / 1e12:.3g}" for load in plan.loads))
+        print("  DDP GB   " + " ".join(f"{b / 1e9:.3g}" for b in plan.ddp_bytes))
+        print("  FSDP GB  " + " ".join(f"{(g + r) / 1e9:.3g}" for g, r in zip(gather, back)))
 
 
 # ----------------------------------------------------------------------------- main

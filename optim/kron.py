@@ -31,17 +31,19 @@ a parameter's blocks stays its own: the noise V, the damping's mean and the RMS 
 each parameter's preconditioning runs on one owner rank (sharding.on_owner_ranks), which batches all the
 parameters it owns: under FSDP the preconditioners are stored sharded over their blocks, so no rank holds every
 preconditioner, and only its owner assembles a parameter's whole momentum and preconditioners; under DDP the
-owner computes and broadcasts. The noise V is drawn per parameter from a generator seeded by (step, parameter
-index), so any world size and any batching draws the same (levanter's comes from a JAX key split per step).
+owner computes and broadcasts. The noise V is counter-based: each element's is a hash of (step, parameter index,
+element index) turned normal by the inverse normal CDF, so any world size and any batching draws the same, and a
+whole stack draws at once (levanter's comes from a JAX key split per step).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -120,32 +122,74 @@ def layout_of(shape: tuple[int, ...], block_size: int, max_size_triangular: int,
 
 
 def to_blocks(x: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """x (a parameter-shaped tensor) as its zero-padded blocks stacked: (blocks, *padded), row-major order. A
-    dimension's pieces are consecutive and only its last is short, so padding each dimension at its end to
-    (pieces x padded side) puts every block in place: one pad and one copy, whatever the number of blocks."""
-    counts = [len(p) for p in layout.pieces]
+    """k parameter-shaped tensors stacked, x (k, *shape), as their zero-padded blocks: (k * blocks, *padded), each
+    parameter's in row-major order. A dimension's pieces are consecutive and only its last is short, so padding
+    each dimension at its end to (pieces x padded side) puts every block in place: one pad and one copy, whatever
+    the number of blocks and parameters."""
+    k, counts = len(x), [len(p) for p in layout.pieces]
     ends = [count * side - size for size, count, side in zip(layout.shape, counts, layout.padded)]
-    x = F.pad(x.reshape(layout.shape), [n for end in reversed(ends) for n in (0, end)])
+    x = F.pad(x.reshape(k, *layout.shape), [n for end in reversed(ends) for n in (0, end)])
     interleaved = [n for count, side in zip(counts, layout.padded) for n in (count, side)]
-    order = [*range(0, 2 * len(counts), 2), *range(1, 2 * len(counts), 2)]  # the piece indices, then the sides
-    return x.reshape(interleaved).permute(order).reshape(layout.blocks, *layout.padded)
+    order = [0, *range(1, 2 * len(counts), 2), *range(2, 2 * len(counts) + 1, 2)]  # the pieces, then the sides
+    return x.reshape(k, *interleaved).permute(order).reshape(k * layout.blocks, *layout.padded)
 
 
 def from_blocks(blocks: torch.Tensor, layout: Layout, shape: torch.Size) -> torch.Tensor:
-    """to_blocks undone: the blocks put back together and unpadded, in the parameter's shape."""
-    counts, dims = [len(p) for p in layout.pieces], len(layout.pieces)
-    x = blocks.reshape(*counts, *layout.padded).permute([k for d in range(dims) for k in (d, dims + d)])
-    x = x.reshape([count * side for count, side in zip(counts, layout.padded)])
-    return x[tuple(slice(0, size) for size in layout.shape)].reshape(shape)
+    """to_blocks undone: the blocks of k parameters put back together and unpadded, (k, *shape)."""
+    counts, dims, k = [len(p) for p in layout.pieces], len(layout.pieces), blocks.shape[0] // layout.blocks
+    x = blocks.reshape(k, *counts, *layout.padded).permute([0, *[n for d in range(dims) for n in (1 + d, 1 + dims + d)]])
+    x = x.reshape(k, *[count * side for count, side in zip(counts, layout.padded)])
+    return x[(slice(None), *[slice(0, size) for size in layout.shape])].reshape(k, *shape)
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """Wellons's lowbias32 (hash-prospector), in place on int32 x read as unsigned 32-bit integers: a bijection
+    whose every output bit depends on every input bit. int32 keeps the noise's passes over memory at half int64's;
+    its products wrap modulo 2^32 as integer products do on CPUs and GPUs, and >> is arithmetic, so each shift is
+    masked to the logical one."""
+    x ^= (x >> 16).bitwise_and_(0xFFFF)
+    x.mul_(0x21F0AAAD)
+    x ^= (x >> 15).bitwise_and_(0x1FFFF)
+    x.mul_(0x735A2D97)
+    x ^= (x >> 15).bitwise_and_(0x1FFFF)
+    return x
+
+
+@functools.cache
+def _numbering(indices: tuple[int, ...], counts: tuple[int, ...], rows: int,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For a stack of the blocks of parameters `indices` (counts[k] blocks of `rows` rows each): each block's place
+    in the list (blocks,), its parameter's index and the index of its first row within its parameter (blocks, 1,
+    int32). Cached, made once per stack and device: a copy to the device each step would wait for it."""
+    slot = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
+    first = torch.cat([torch.arange(count) for count in counts]) * rows
+    index = torch.tensor(indices)[slot, None]
+    return slot.to(device), index.to(device, torch.int32), first[:, None].to(device, torch.int32)
+
+
+def block_noise(step: int, indices: list[int], counts: list[int], padded: tuple[int, ...],
+                device: torch.device) -> torch.Tensor:
+    """The preconditioner update's V for a stack of the blocks of parameters `indices` (counts[k] blocks each,
+    padding included), (blocks, *padded), each element's a function of (step, parameter index, element) alone: a
+    counter-based hash to a uniform of 23 bits, made normal by the inverse CDF. Each row of a block (its last
+    dimension) gets a key from (step, index, row within the parameter) by four rounds of _mix32, and each element
+    one more of its row's key and its column; all of it exact integer arithmetic, then ndtri, a scalar kernel,
+    element by element: a parameter draws the same whatever else is in its stack, on any world size."""
+    rows, columns = math.prod(padded[:-1]), padded[-1]
+    _, index, first = _numbering(tuple(indices), tuple(counts), rows, device)
+    key = _mix32(_mix32(torch.full_like(index, step)) ^ index)  # (blocks, 1): the (step, parameter)'s
+    row = _mix32((first + torch.arange(rows, device=device, dtype=torch.int32)) ^ key)
+    row = _mix32(row.add_(key))  # (blocks, rows)
+    # the columns spread by an odd multiplier, so that no two rows' keys make one row a permutation of the other
+    column = torch.arange(columns, device=device, dtype=torch.int32).mul_(0x2545F491)
+    h = _mix32(row[:, :, None] ^ column)
+    uniform = (h >> 9).bitwise_and_(0x7FFFFF).float().add_(0.5).mul_(2.0**-23)  # the top 23 bits: in (0, 1), exactly
+    return torch.special.ndtri(uniform).view(-1, *padded)
 
 
 def kron_noise(step: int, index: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """The preconditioner update's V for parameter `index` at `step`: a function of the two alone."""
-    if device.type == "meta":  # (no values to draw: bench.memory's and the host-read test's meta steps)
-        return torch.empty(shape, device=device, dtype=torch.float32)
-    generator = torch.Generator(device=device)
-    generator.manual_seed(int(np.random.SeedSequence([step, index]).generate_state(1)[0]))
-    return torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
+    """The preconditioner update's V for parameter `index` at `step`, (blocks, *padded): block_noise's, alone."""
+    return block_noise(step, [index], [shape[0]], tuple(shape[1:]), device)
 
 
 def _lower_bound(s: torch.Tensor) -> torch.Tensor:
@@ -234,13 +278,15 @@ def _preconditioned(blocks: torch.Tensor, qs: list[torch.Tensor], diagonal: tupl
 
 
 def batches(layouts: list[Layout]) -> list[list[int]]:
-    """The parameters (indices into layouts) preconditioned as one stack of blocks: those of one signature, in
-    order, in runs of at most BATCH_ELEMENTS elements of blocks (a run holds at least one parameter)."""
-    signatures: dict[tuple, list[int]] = {}
+    """The parameters (indices into layouts) preconditioned as one stack of blocks: those of one signature, those
+    of one layout adjacent (cut into blocks together), in runs of at most BATCH_ELEMENTS elements of blocks (a run
+    holds at least one parameter)."""
+    signatures: dict[tuple, dict[Layout, list[int]]] = {}
     for i, layout in enumerate(layouts):
-        signatures.setdefault(layout.signature, []).append(i)
+        signatures.setdefault(layout.signature, {}).setdefault(layout, []).append(i)
     runs = []
-    for members in signatures.values():
+    for by_layout in signatures.values():
+        members = [i for same in by_layout.values() for i in same]
         runs.append([])
         elements = 0
         for i in members:
@@ -254,28 +300,45 @@ def batches(layouts: list[Layout]) -> list[list[int]]:
 
 
 def precondition(momenta: list[torch.Tensor], qs: list[list[torch.Tensor]], layouts: list[Layout], step: int,
-                 indices: list[int], update: bool, balance: bool, precond_lr: float) -> list[list[torch.Tensor]]:
+                 indices: list[int], update: bool, balance: bool, precond_lr: float,
+                 debias: float = 1.0) -> list[list[torch.Tensor]]:
     """The Kron step of parameters of one signature, on whole tensors (on their owner rank): each one's [P, *new
-    qs]. Their blocks are stacked as one, so that one chain of batched products serves them all; every block gets
-    the numbers it would alone, and what spans a parameter's blocks stays its own: its noise (drawn by its
-    index), its damping (over its padded blocks) and its clip (over its P)."""
+    qs], from its momentum m (M = m / debias). Their blocks are stacked as one, so that one chain of batched
+    products serves them all; every block gets the numbers it would alone, and what spans a parameter's blocks
+    stays its own: its noise (drawn by its index), its damping (over its padded blocks) and its clip (over its P).
+    The parameters of one layout (adjacent, as batches orders them) are cut into blocks and put back together as
+    one tensor (a merged one in its merged shape)."""
+    diagonal, padded = layouts[0].diagonal, layouts[0].padded
     counts = [layout.blocks for layout in layouts]
-    diagonal = layouts[0].diagonal
-    blocks = [to_blocks(m.float(), layout) for m, layout in zip(momenta, layouts)]
+    shapes = [(layout, len(list(same))) for layout, same in itertools.groupby(layouts)]  # (layout, parameters)
+    starts = list(itertools.accumulate([n * layout.blocks for layout, n in shapes], initial=0))
+    firsts = list(itertools.accumulate([n for _, n in shapes], initial=0))
+    blocks = momenta[0].new_empty((sum(counts), *padded), dtype=torch.float32)
+    for (layout, n), start, first in zip(shapes, starts, firsts):
+        same = torch.stack([m.reshape(layout.shape) for m in momenta[first:first + n]])
+        blocks[start:start + n * layout.blocks] = to_blocks(same, layout)
+    if debias != 1.0:
+        blocks.div_(debias)
     stacked = [torch.cat([unit[d].float() for unit in qs]) for d in range(len(diagonal))]  # (copies)
     if balance:
         stacked = _balanced(stacked)
     if update:
-        noise = [kron_noise(step, index, (layout.blocks, *layout.padded), m.device)  # (the padding too)
-                 for m, layout, index in zip(momenta, layouts, indices)]
-        g = torch.cat([x + 2**-11.5 * x.abs().mean() * v for x, v in zip(blocks, noise)])
-        stacked = _updated(stacked, diagonal, g, torch.cat(noise), precond_lr)
-    directions = _preconditioned(torch.cat(blocks), stacked, diagonal).split(counts)
-    results = []
-    for direction, m, layout, new in zip(directions, momenta, layouts, zip(*[q.split(counts) for q in stacked])):
-        p = from_blocks(direction, layout, m.shape)
-        results.append([p / torch.clamp_min(p.square().mean().sqrt() / 1.1, 1.0), *new])
-    return results
+        noise = block_noise(step, indices, counts, padded, blocks.device)  # (the padding too)
+        # levanter's damping, 2^-11.5 mean|M| over each parameter's padded blocks, summed in float64 so that its
+        # float32 value does not depend on what else is in the stack (a sum's order does)
+        slot, *_ = _numbering(tuple(indices), tuple(counts), math.prod(padded[:-1]), blocks.device)  # (noise's)
+        sums = torch._foreach_norm(list(blocks.split(counts)), 1, dtype=torch.float64)
+        torch._foreach_div_(sums, [count * math.prod(padded) for count in counts])
+        damping = (2**-11.5 * torch.stack(sums)).float()[slot].view(-1, *[1] * len(padded))
+        stacked = _updated(stacked, diagonal, torch.addcmul(blocks, damping, noise), noise, precond_lr)
+    directions = _preconditioned(blocks, stacked, diagonal)
+    ps = []
+    for (layout, n), start, first in zip(shapes, starts, firsts):
+        p = from_blocks(directions[start:start + n * layout.blocks], layout, layout.shape)
+        # the RMS clip, each parameter's, its sum of squares in float64 as the damping's
+        rms = torch.stack(torch._foreach_norm(list(p.unbind(0)), 2, dtype=torch.float64)) / math.sqrt(p[0].numel())
+        ps += p.div_(torch.clamp_min(rms.float() / 1.1, 1.0).view(-1, *[1] * (p.dim() - 1))).unbind(0)
+    return [[p.view(m.shape), *new] for p, m, new in zip(ps, momenta, zip(*[q.split(counts) for q in stacked]))]
 
 
 def block_products(layout: Layout, blocks: int, update_rate: float) -> list[Product]:
@@ -371,15 +434,17 @@ class Kron(MatrixProducts, GroupState, ListwiseOptimizer):
             results = [None] * len(indices)
             for run in batches([layouts[i] for i in indices]):
                 members = [indices[k] for k in run]
-                batch = precondition([wholes[k][0] / debias for k in run], [wholes[k][1:] for k in run],
+                batch = precondition([wholes[k][0] for k in run], [wholes[k][1:] for k in run],
                                      [layouts[i] for i in members], t, [self.index[id(params[i])] for i in members],
-                                     update, balance, self.settings["precond_lr"])
+                                     update, balance, self.settings["precond_lr"], debias)
                 for k, result in zip(run, batch):
                     results[k] = result
             return results
 
         results = on_owner_ranks(units, kron_step, torch.float32)
-        torch._foreach_copy_(local([q for unit in units for q in unit[1:]]), local([q for r in results for q in r[1:]]))
+        if update or balance:  # (otherwise the preconditioners are unchanged)
+            torch._foreach_copy_(local([q for unit in units for q in unit[1:]]),
+                                 local([q for r in results for q in r[1:]]))
         updates = {id(p): direction for p, (direction, *_) in zip(params, results)}
         for group, members in groups:
             lr, weight_decay = group["lr"], group["weight_decay"]

@@ -193,7 +193,7 @@ def newton_schulz5_across_ranks(matrices: list[torch.Tensor], steps: int, eps: f
     FLOPs), each owner running its matrices batched by shape: sharded matrices (FSDP2) travel there and back
     as row blocks, plain ones (DDP) are computed by their owner and broadcast. Everything travels in
     ns5_dtype, which is what NS5 computes in: bf16 on CUDA (the official code's communication dtype), fp32 on
-    CPU, exact either way, with no padding to the largest share (see sharding.exchanged_bytes).
+    CPU, exact either way, with no padding to the largest share (see sharding.on_owner_ranks).
     pieces[i] > 1 orthogonalises matrix i as that many blocks of rows, each on its own (Scion's fused q, k, v).
     coefficients: a key of NS_COEFFICIENTS (newton_schulz5_batched)."""
     if not matrices:

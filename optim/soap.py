@@ -21,7 +21,10 @@ statistics, eigh, the power iteration and QR), not one per matrix: GPT-2 small's
 stacks (runs of at most STACK_ELEMENTS). A stack only batches the computation: every matrix keeps its own
 statistics, bases, eigenvalue order and moments. m and v are updated in place as foreach ops, and the
 parameters with no rotated side take plain Adam the same way. products() lists the batched products one
-step performs, from which the benchmarks count its floor.
+step performs, from which the benchmarks count its floor. Each stack's statistics and bases are kept as one tensor
+per side, of which every matrix's state entries (L, R, Q_L, Q_R) are views: the products take them as they are, the
+statistics are accumulated by one lerp per side, and a refresh makes the new bases the stack: no state is copied
+into a stack each step (after a checkpoint's restore, once: stack_of).
 
 Where we differ: parameters of more than 2 dimensions and merge_dims / data_format are not supported
 (a GPT has none); the statistics L, R are kept in the parameter's dtype (the reference's are float32,
@@ -59,7 +62,7 @@ from optim.sharding import gather_whole, local, local_rows
 STACK_ELEMENTS = 2**28
 
 Tensors = list[torch.Tensor]
-Bases = list[torch.Tensor | None]  # per side of a stack: the stacked bases (batch, n, n), or None (not rotated)
+Bases = list[torch.Tensor | None]  # per side of a stack: its bases or statistics (batch, n, n), or None (not rotated)
 
 
 @dataclass
@@ -98,7 +101,8 @@ class SOAP(MatrixProducts, GroupwiseOptimizer):
 
     State per parameter p: step, exp_avg (m) and exp_avg_sq (v), in p's layout (in the rotated coordinates),
     GG = [L or None, R or None] and, from the first step, Q = [Q_L or None, Q_R or None] (one entry each for a
-    1-D parameter; None where the side is not rotated)."""
+    1-D parameter; None where the side is not rotated). The matrices of L, R, Q_L and Q_R are views of their stack's
+    tensor (stack_of), which torch.save and the state_dict keep as each parameter's own."""
 
     side_state_sharded = False  # L, R, Q_L, Q_R whole on every rank under FSDP (bench.memory)
 
@@ -167,17 +171,21 @@ class SOAP(MatrixProducts, GroupwiseOptimizer):
         states = [self.state[p] for p in params]
         grads, exp_avgs, exp_avg_sqs = (list(tensors) for tensors in zip(*whole))
         grad = stacked(grads)
-        sides = range(len(states[0]["GG"]))
-        statistics = [None if states[0]["GG"][side] is None else [s["GG"][side] for s in states] for side in sides]
+        sides = [side for side, statistic in enumerate(states[0]["GG"]) if statistic is not None]
+        statistics: Bases = [None] * len(states[0]["GG"])
+        for side in sides:
+            statistics[side] = stack_of([s["GG"] for s in states], side)
         rate = group["shampoo_beta"] if group["shampoo_beta"] >= 0 else group["betas"][1]
         if "Q" not in states[0]:  # the first step only starts the statistics, and the bases from them
             accumulate_statistics(statistics, grad, rate)
-            bases = [None if members is None else eigenbases(torch.stack(members)) for members in statistics]
-            for i, state in enumerate(states):
-                state["Q"] = [None if basis is None else basis[i].clone() for basis in bases]
+            for state in states:
+                state["Q"] = [None] * len(statistics)
+            for side in sides:
+                share([s["Q"] for s in states], side, eigenbases(statistics[side]))
             return
-        bases = [None if members is None else torch.stack([s["Q"][side] for s in states])
-                 for side, members in zip(sides, statistics)]
+        bases: Bases = [None] * len(statistics)
+        for side in sides:
+            bases[side] = stack_of([s["Q"] for s in states], side)
         for state in states:
             state["step"] += 1
         updates = adam_updates(in_shapes(rotate(grad, bases), params), exp_avgs, exp_avg_sqs, group)
@@ -192,9 +200,8 @@ class SOAP(MatrixProducts, GroupwiseOptimizer):
             if refresh:
                 bases, exp_avg_sq = refreshed_bases(statistics, bases, stacked(exp_avg_sqs))
                 torch._foreach_copy_(exp_avg_sqs, in_shapes(exp_avg_sq, params))
-                for side, basis in zip(sides, bases):
-                    if basis is not None:
-                        torch._foreach_copy_([s["Q"][side] for s in states], list(basis.unbind(0)))
+                for side in sides:
+                    bases[side] = share([s["Q"] for s in states], side, bases[side])
             torch._foreach_copy_(exp_avgs, in_shapes(rotate(exp_avg, bases), params))
         self._keep_own_rows(params, exp_avgs, exp_avg_sqs)
 
@@ -329,13 +336,35 @@ def apply_updates(blocks: Tensors, updates: Tensors, group: dict, step: int) -> 
         torch._foreach_add_(blocks, blocks, alpha=-group["lr"] * group["weight_decay"])
 
 
-def accumulate_statistics(statistics: list[Tensors | None], grad: torch.Tensor, rate: float) -> None:
+def stack_of(entries: list[list], side: int) -> torch.Tensor:
+    """The matrices entries[i][side] (each parameter's state list) as one stack (batch, n, n): the stack they are
+    views of, in order, when they are (share made them so), else a new one, which the entries are then made views
+    of (the first step's statistics, or what a checkpoint restored): one copy, not one per step."""
+    matrices = [e[side] for e in entries]
+    base = matrices[0]._base
+    if (base is not None and base.shape == (len(matrices), *matrices[0].shape) and base.is_contiguous()
+            and all(m._base is base and m.storage_offset() == base.storage_offset() + i * base.stride(0)
+                    for i, m in enumerate(matrices))):
+        return base
+    return share(entries, side, torch.stack(matrices))
+
+
+def share(entries: list[list], side: int, stack: torch.Tensor) -> torch.Tensor:
+    """Each entries[i][side] made a view of stack[i]; the stack, contiguous and a tensor of its own (the products
+    then round as they did on the stacked copies, and stack_of knows it)."""
+    if stack._base is not None or not stack.is_contiguous():
+        stack = stack.clone(memory_format=torch.contiguous_format)
+    for e, view in zip(entries, stack.unbind(0)):
+        e[side] = view
+    return stack
+
+
+def accumulate_statistics(statistics: Bases, grad: torch.Tensor, rate: float) -> None:
     """L <- lerp(L, G G^T, 1 - rate) and R <- lerp(R, G^T G, 1 - rate) for a stack of gradients (g g^T for a
-    rotated 1-D g), into each parameter's own L and R."""
-    for side, members in enumerate(statistics):
-        if members is not None:
-            outer = grad @ grad.mT if side == 0 else grad.mT @ grad
-            torch._foreach_lerp_(members, list(outer.unbind(0)), 1.0 - rate)
+    rotated 1-D g), into the stacks of L and R (each parameter's own, as views)."""
+    for side, stack in enumerate(statistics):
+        if stack is not None:
+            stack.lerp_(grad @ grad.mT if side == 0 else grad.mT @ grad, 1.0 - rate)
 
 
 def eigenbases(statistics: torch.Tensor) -> torch.Tensor:
@@ -351,18 +380,18 @@ def eigenbases(statistics: torch.Tensor) -> torch.Tensor:
     return torch.flip(vectors, [-1]).to(statistics.dtype)
 
 
-def refreshed_bases(statistics: list[Tensors | None], bases: Bases,
+def refreshed_bases(statistics: Bases, bases: Bases,
                     exp_avg_sq: torch.Tensor) -> tuple[Bases, torch.Tensor]:
     """New bases from the old, for a stack: order each by its estimated eigenvalues diag(Q^T S Q) (v reordered
     alike), one power iteration S Q, QR; in float32. S Q serves both: the estimates are sum(Q * S Q) over rows,
     and S (Q P) = (S Q) P for the ordering P."""
     new_bases = []
-    for side, (members, basis) in enumerate(zip(statistics, bases)):
-        if members is None:
+    for side, (stack, basis) in enumerate(zip(statistics, bases)):
+        if stack is None:
             new_bases.append(None)
             continue
         old = basis.float()
-        power = torch.stack(members).float() @ old
+        power = stack.float() @ old
         order = torch.argsort((old * power).sum(-2), dim=-1, descending=True)  # (batch, n)
         index = order[:, :, None] if side == 0 else order[:, None, :]  # along v's rows, or its columns
         exp_avg_sq = exp_avg_sq.gather(side + 1, index.expand_as(exp_avg_sq))

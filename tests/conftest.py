@@ -286,14 +286,14 @@ def flip_middle_byte(path: str) -> None:
 
 
 def results_of_ranks(rt, run: str) -> dict:
-    """A scenario of tests/ranks.py: run ("module:function", returning params and a Newton-Schulz call count)
+    """A scenario of tests/ranks.py: run ("module:function", returning params and a Newton-Schulz call count first)
     on every rank; this rank's params and every rank's count."""
     import importlib
 
     import torch.distributed as dist
 
     module, function = run.split(":")
-    params, calls = getattr(importlib.import_module(module), function)()
+    params, calls = getattr(importlib.import_module(module), function)()[:2]
     all_calls = [None] * dist.get_world_size()
     dist.all_gather_object(all_calls, calls)
     return {"params": params, "calls": all_calls}

@@ -587,6 +587,48 @@ def test_soap_stacks_matrices_and_declares_their_products(dtype):
     assert counter.get_total_flops() == pytest.approx(settings["precondition_frequency"] * declared, rel=1e-12)
 
 
+def test_soap_keeps_each_stacks_statistics_and_bases_as_views_of_one_tensor():
+    """A stack's L, R, Q_L and Q_R are views of one tensor per side, which the step takes as it is: a step that does
+    not refresh the bases makes no new stack, one that does makes the new bases the stack, and a restored
+    checkpoint's separate tensors are made views again by the next step (then left as they are)."""
+    from optim.soap import SOAP
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(24, 16)) for _ in range(3)]
+    optimizer = SOAP(params, lr=1e-2, precondition_frequency=3)
+
+    def step():
+        for p in params:
+            p.grad = torch.randn_like(p)
+        optimizer.step()
+
+    def stacks():  # each side's L and Q stacks' addresses, after checking every parameter's entries view them
+        found = []
+        for side in (0, 1):
+            for key in ("GG", "Q"):
+                bases = [optimizer.state[p][key][side]._base for p in params]
+                assert bases[0] is not None and all(b is bases[0] for b in bases), (side, key)
+                found.append(bases[0].data_ptr())
+        return found
+
+    step()  # the first step: the statistics and the bases from them
+    first = stacks()
+    step()
+    assert stacks() == first  # no refresh (step 1): the same tensors
+    step(), step()  # step 3 refreshes: new bases, the statistics' stack kept
+    refreshed = stacks()
+    assert refreshed[0::2] == first[0::2] and refreshed[1] != first[1] and refreshed[3] != first[3]
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    buffer.seek(0)
+    optimizer.load_state_dict(torch.load(buffer))
+    assert optimizer.state[params[0]]["Q"][0]._base is None  # restored: tensors of their own
+    step()
+    restacked = stacks()
+    step()
+    assert stacks() == restacked
+
+
 # Prodigy (konstmish/prodigy) through its authors' package, prodigyopt 1.1.2 (prodigyopt/prodigy.py), on the
 # same decay groups: its defaults, the benchmark's bias correction, and coupled decay with the safeguarded warmup.
 # d0 1e-4 and gradients that pull the weights toward a target make d grow 39-489x in the 30 steps.
@@ -910,6 +952,42 @@ def test_kron_matches_levanters_algorithm(monkeypatch, merge):
     for (n, p), expected in zip(model.named_parameters(), reference):
         error = ((p.detach().double() - expected).norm() / expected.norm()).item()
         assert error < 1e-5, f"kron: {n} relative error {error:.1e}"
+
+
+@pytest.mark.quick
+def test_kron_noise_is_a_hash_of_step_index_and_element():
+    """The update's noise V, restated with Python's integers: each element's a lowbias32 hash of (step, parameter
+    index, row within the parameter, column) made normal by ndtri (so int32's wrapping products are the unsigned
+    arithmetic); a stack of parameters draws each one's noise as it draws alone; it is N(0, 1) to sampling error
+    and other at another step or index."""
+    from optim.kron import block_noise, kron_noise
+
+    mask = 0xFFFFFFFF
+
+    def mix(x):
+        x ^= x >> 16
+        x = (x * 0x21F0AAAD) & mask
+        x ^= x >> 15
+        x = (x * 0x735A2D97) & mask
+        return x ^ (x >> 15)
+
+    def element(step, index, row, column):
+        key = mix(mix(step) ^ index)
+        h = mix(mix((mix(row ^ key) + key) & mask) ^ ((column * 0x2545F491) & mask))
+        return torch.special.ndtri(torch.tensor(((h >> 9) + 0.5) * 2.0**-23)).item()
+
+    cpu = torch.device("cpu")
+    matrix, vector = kron_noise(123456, 7, (3, 64, 32), cpu), kron_noise(5, 2, (2, 300), cpu)
+    cells = itertools.product(range(3), range(0, 64, 9), range(0, 32, 5))
+    assert all(matrix[b, r, c].item() == element(123456, 7, 64 * b + r, c) for b, r, c in cells)
+    assert all(vector[b, c].item() == element(5, 2, b, c) for b in range(2) for c in range(0, 300, 11))
+    stack = block_noise(9, [4, 1, 6], [2, 1, 3], (64, 32), cpu)
+    assert all(torch.equal(part, kron_noise(9, index, (count, 64, 32), cpu))
+               for part, index, count in zip(stack.split([2, 1, 3]), [4, 1, 6], [2, 1, 3]))
+    v = kron_noise(3, 0, (16, 128, 128), cpu)
+    assert abs(v.mean().item()) < 5e-3 and abs(v.var().item() - 1) < 5e-3 and abs(v.pow(4).mean().item() - 3) < 0.05
+    for other in (kron_noise(4, 0, (16, 128, 128), cpu), kron_noise(3, 1, (16, 128, 128), cpu)):
+        assert abs((v * other).mean().item()) < 5e-3
 
 
 @pytest.mark.quick

@@ -79,9 +79,10 @@ def test_the_owner_plan_of_three_matrices_by_hand():
     plan = owner_plan(SHAPES, 2)
     assert plan.loads == [2293760 + 1310720, 2293760] and sum(plan.loads) == HAND_COUNT
     assert plan.balance == pytest.approx(3604480 / 2949120) and plan.largest == 2293760
-    assert plan.ddp_bytes == 2 * (48 * 32 + 32 * 96 + 32 * 96 - 32 * 96)  # what rank 0 does not hold, rank 1 sends
-    # rank 0 owns the first 32 x 96 and the 48 x 32, receiving their other halves of rows: 16 x 96 + 24 x 32
-    assert plan.fsdp_bytes == (2 * (16 * 96 + 24 * 32), 2 * (16 * 96 + 24 * 32))
+    assert plan.ddp_bytes == [2 * 32 * 96, 2 * (32 * 96 + 48 * 32)]  # each rank receives what the other owns
+    # rank 0 owns the first 32 x 96 and the 48 x 32, receiving their other halves of rows: 16 x 96 + 24 x 32;
+    # rank 1 its 32 x 96's other half; then each receives its rows of the other's results
+    assert plan.fsdp_bytes == ([2 * (16 * 96 + 24 * 32), 2 * 16 * 96], [2 * 16 * 96, 2 * (16 * 96 + 24 * 32)])
 
 
 @pytest.mark.quick
@@ -96,7 +97,8 @@ def test_the_owner_plan_shares_out_muons_products_as_balanced_owners_does(model,
     shapes = matrix_shapes(config)
     assert sum(p.batch for p in muon.products()) == 3 * len(shapes)  # (3 products per matrix per iteration)
     print_owner_plans({model: config})
-    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(model + " ")]
+    out = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in out if line.startswith(model + " ") and " over " not in line]
     assert [int(row[3]) for row in rows] == list(PLAN_WORLD_SIZES)
     for world_size, row in zip(PLAN_WORLD_SIZES, rows):
         plan = owner_plan(shapes, world_size)
@@ -105,7 +107,10 @@ def test_the_owner_plan_shares_out_muons_products_as_balanced_owners_does(model,
         assert plan.balance == pytest.approx(max(loads) / statistics.mean(loads), rel=1e-12)
         assert int(row[1]) == len(shapes) and float(row[2]) == pytest.approx(one_process / 1e12, rel=1e-3)
         assert float(row[4]) == pytest.approx(max(loads) / 1e12, rel=1e-3)
-        assert row[6] == f"{plan.balance:.2f}x" and float(row[8]) == pytest.approx(plan.ddp_bytes / 1e9, rel=1e-3)
+        assert row[6] == f"{plan.balance:.2f}x" and float(row[8]) == pytest.approx(max(plan.ddp_bytes) / 1e9, rel=1e-3)
+        shares = out[out.index(f"{model} over {world_size}") + 1:][:3]  # each rank's TFLOP, DDP GB, FSDP GB
+        assert [float(x) for x in shares[0].split()[1:]] == pytest.approx([load / 1e12 for load in loads], rel=5e-3)  # (3 digits)
+        assert [float(x) for x in shares[1].split()[2:]] == pytest.approx([b / 1e9 for b in plan.ddp_bytes], rel=5e-3)
     # GPT-2 small over 8 ranks: the 768 x 50304 embedding alone is 28% of NS5's FLOPs, so its owner is the busiest
     if model == "small":
         assert owner_plan(shapes, 8).balance == pytest.approx(8 * ns5_flops(768, 50304) / one_process, rel=1e-12)
@@ -139,7 +144,7 @@ def test_optimizer_step_prints_the_floor_rows_of_the_matrix_optimizers():
     assert float(step_over_floor[:-1]) == pytest.approx(float(step_ms) / float(floor_ms), abs=0.01, rel=1e-3)
     step_table_row = next(line.split() for line in lines[:header] if line.startswith("muon "))
     assert vs_adamw == step_table_row[2]  # the same ratio as the step table's
-    plan_rows = [line.split() for line in lines if line.startswith("smoke model ")]
+    plan_rows = [line.split() for line in lines if line.startswith("smoke model ") and " over " not in line]
     assert [int(row[4]) for row in plan_rows] == list(PLAN_WORLD_SIZES)
 
 

@@ -3,12 +3,15 @@ Every matrix optimizer of the registry (each one whose step is matrix products: 
 on 2 ranks (`torchrun --nproc_per_node=2`, gloo) and on 4 (a scenario of the resume matrix's 4-rank launch), with
 plain parameters (DDP: every rank holds them whole) and with FSDP2's sharded ones, equals one process number for
 number (Dion's sharded step, which sums its products over the ranks' row blocks, to float32 rounding:
-ROW_BLOCK_SUMS); and each rank runs Newton-Schulz only on its share of the matrices, batched by shape.
+ROW_BLOCK_SUMS); and each rank runs Newton-Schulz only on its share of the matrices, in one batched call
+and one exchange a step.
 
 The model has two blocks, so that matrices of one shape are batched (and shared out over the owner ranks), and
 widths that split unevenly over 2 and 4 ranks. The two ranks' part is a scenario of the session's two-rank launch
 (conftest.two_ranks).
 """
+
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -43,14 +46,39 @@ def build(args: list[str], model: torch.nn.Module) -> tuple[torch.optim.Optimize
     return optimizer, isinstance(optimizer, MatrixProducts) and bool(optimizer.products())
 
 
-def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.Tensor]], int]:
+@contextlib.contextmanager
+def counted_calls(functions: dict[str, tuple[object, str]]):
+    """Count the calls of each module attribute (name: (module, attribute)) inside the block: yields the counts."""
+    counts, originals = dict.fromkeys(functions, 0), {name: getattr(*where) for name, where in functions.items()}
+
+    def counting(name):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return originals[name](*args, **kwargs)
+        return call
+
+    for name, (module, attribute) in functions.items():
+        setattr(module, attribute, counting(name))
+    try:
+        yield counts
+    finally:
+        for name, (module, attribute) in functions.items():
+            setattr(module, attribute, originals[name])
+
+
+def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.Tensor]], int, dict[str, dict]]:
     """STEPS steps of every matrix variant on the same model and gradients (the same on every rank), its
-    parameters plain or (sharded) FSDP2's DTensors over every rank: each variant's final weights, whole, and
-    how many matrices this process orthogonalised."""
+    parameters plain or (sharded) FSDP2's DTensors over every rank: each variant's final weights, whole, how
+    many matrices this process orthogonalised, and each variant's calls per step of the owner exchange's
+    collectives (optim.sharding.on_owner_ranks: all-to-alls sharded, broadcasts plain) and of the batched
+    Newton-Schulz."""
+    import optim.newton_schulz
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import distribute_tensor
 
-    results, threads = {}, torch.get_num_threads()
+    results, per_step, threads = {}, {}, torch.get_num_threads()
+    watched = {"all_to_all": (dist, "all_to_all_single"), "broadcast": (dist, "broadcast"),
+               "batched": (optim.newton_schulz, "newton_schulz5_batched")}
     # One thread, as each torchrun rank runs with: SOAP's eigh and QR on rank-deficient statistics fill the null
     # space by rounding, which another thread count does otherwise (and SOAP carries it to O(1e-3)).
     torch.set_num_threads(1)
@@ -62,14 +90,18 @@ def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.
                 fully_shard(model)
             optimizer, _ = build(args, model)
             gen = torch.Generator().manual_seed(1)
+            steps = []
             for _ in range(STEPS):
                 for p in model.parameters():
                     grad = torch.randn(p.shape, generator=gen) * 0.1
                     p.grad = distribute_tensor(grad, p.device_mesh, p.placements) if sharded else grad
-                optimizer.step()
+                with counted_calls(watched) as counts:
+                    optimizer.step()
+                steps.append(counts)
+            per_step[name] = {key: max(counts[key] for counts in steps) for key in watched}
             results[name] = [(p.full_tensor() if sharded else p).detach().clone() for p in model.parameters()]
     torch.set_num_threads(threads)
-    return results, calls[0]
+    return results, calls[0], per_step
 
 
 def results_of_ranks(rt) -> dict:
@@ -77,10 +109,10 @@ def results_of_ranks(rt) -> dict:
     weights and every rank's count of matrices orthogonalised (plain, then sharded)."""
     outcome = {}
     for layout in ("plain", "sharded"):
-        weights, calls = run_on_fixed_gradients(sharded=layout == "sharded")
+        weights, calls, per_step = run_on_fixed_gradients(sharded=layout == "sharded")
         all_calls = [None] * dist.get_world_size()
         dist.all_gather_object(all_calls, calls)
-        outcome[layout] = {"weights": weights, "calls": all_calls}
+        outcome[layout] = {"weights": weights, "calls": all_calls, "per_step": per_step}
     return outcome
 
 
@@ -89,7 +121,7 @@ def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
 
 
 def check_against_one_process(result: dict, world_size: int) -> None:
-    expected, single_calls = run_on_fixed_gradients()
+    expected, single_calls, _ = run_on_fixed_gradients()
     assert len(expected) >= 7, sorted(expected)  # Muon, Moonlight, MARS-M, MARS-Shampoo, Scion, SOAP, Kron, ...
     for layout in ("plain", "sharded"):
         for name, wanted in expected.items():
@@ -102,6 +134,16 @@ def check_against_one_process(result: dict, world_size: int) -> None:
         assert sum(calls) == single_calls, (layout, calls)  # no rank repeats another's work
         assert all(0 < c < single_calls for c in calls), (layout, calls)
         assert len(calls) == world_size
+        # One exchange a step (there and back as row blocks; plain, at most one broadcast per owner, all in
+        # flight at once) and one batched Newton-Schulz call on each rank, whatever the number of matrices.
+        # (Kron's preconditioners also go through the owner exchange; Dion and SOAP never use it.)
+        for name, counts in result[layout]["per_step"].items():
+            if layout == "sharded":
+                assert counts["all_to_all"] in ((0,) if name in ROW_BLOCK_SUMS | {"soap", "shampoo"} else (2,)), \
+                    (name, counts)
+            else:
+                assert counts["all_to_all"] == 0 and counts["broadcast"] <= world_size, (name, counts)
+            assert counts["batched"] <= 1, (name, counts)
 
 
 def test_two_ranks_equal_one_process(two_ranks):
