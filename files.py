@@ -32,8 +32,11 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO]:
 
 def file_sha256(path: str) -> str:
     """The hex sha256 of a file's bytes (shards, checkpoints), read in chunks."""
+    digest = hashlib.sha256()  # (not hashlib.file_digest: Python 3.11+, and the project runs on 3.10)
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def fsync_directory(path: str) -> None:

@@ -40,9 +40,9 @@ class TrainConfig:
     # ---- output and run identity
     out_dir: str = "out"  # checkpoints, config.json and metrics.jsonl go here
     seed: int = 1337  # fixes init, data order and dropout (the validation windows are fixed for every seed)
-    init_from: str = "scratch"  # 'scratch', 'resume' (out_dir's newest good checkpoint), or 'auto': resume
-    # when out_dir holds a checkpoint, else start (a job that may be requeued: the same command both times);
-    # 'hf:<folder or hub name>': as auto, but starting from a Hugging Face GPT-2 or Llama checkpoint, whose
+    init_from: str = "scratch"  # 'scratch', 'resume', 'auto' (resume if out_dir has a checkpoint, else start) or 'hf:<folder or hub name>'
+    # 'resume': out_dir's newest good checkpoint; 'auto': for a job that may be requeued (the same command both
+    # times); 'hf:<folder or hub name>': as auto, but starting from a Hugging Face GPT-2 or Llama checkpoint, whose
     # config.json decides the model (huggingface.py; docs/models.md)
 
     # ---- data: token shards in data_dir (default data/<dataset>/), *_train_*.bin and *_val_*.bin

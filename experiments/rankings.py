@@ -5,9 +5,9 @@ theirs? experiments/report.py prints this for its runs; from the command line, f
 
     python -m experiments.rankings AdamW=2.387 NAdamW=2.309 Lion=2.645 MARS-approx=2.416 Muon=2.032 SOAP=2.098
 
-The rankings are data, one JSON file per benchmark in results/rankings/ (wen2025.json, semenov2025.json),
-each with its citation, URL, the table, figure or text its numbers come from, and whether its values are
-losses or tiers:
+The rankings are data, one JSON file per benchmark in results/rankings/ (wen2025.json, semenov2025.json,
+modded_nanogpt_track3.json), each with its citation, URL, the table, figure or text its numbers come from, and
+whether its values are losses, tiers or steps:
 
 Wen et al. 2025 ("Fantastic Pretraining Optimizers and Where to Find Them", arXiv 2509.02046): the final loss
 of each optimizer's tuned configuration on their 130M Llama at 1x Chinchilla (marin-community/marin at

@@ -360,3 +360,48 @@ def test_a_sharded_checkpoint_entry_the_run_has_no_place_for_is_refused_named(tm
     whole = {"optimizer": {"state": {"w": {"exp_avg": torch.zeros(3), "last_grad": torch.zeros(3)}}}}
     _dcp_load(whole, folder)
     assert torch.equal(whole["optimizer"]["state"]["w"]["last_grad"], torch.full((3,), 2.0))
+
+
+# The public names of checkpoint.py before it became the checkpoint/ package (git show f0e2bc8:checkpoint.py: every
+# top-level def, class and assignment without a leading underscore): a fixed historical fact.
+OLD_CHECKPOINT_PY_PUBLIC = (
+    "LATEST", "BEST", "CHECKSUMS", "STATE_KEYS", "RESUME_ONLY_KEYS", "CheckpointError", "step_path", "checksum_path",
+    "tensor_records", "tensor_sha256", "verify_records", "save_checkpoint", "rotate", "step_checkpoints",
+    "remove_checkpoint", "has_checkpoint", "recorded_checksum", "verify_checksum", "unreadable", "load_checkpoint",
+    "load_latest", "check_resumable", "RunState", "run_meta", "FileCheckpoints", "restore_training_state",
+    "stored_model_args", "model_from_checkpoint", "load_model", "is_run_folder", "tokenizer_of", "META", "MANIFEST",
+    "ShardedCheckpoints", "dcp_folder", "verify_manifest", "load_sharded_meta", "initialize_optimizer_state",
+    "load_sharded_state", "named_optimizer_state",
+)
+
+
+@pytest.mark.quick
+def test_an_old_checkpoint_import_works_or_names_its_new_module():
+    """`from checkpoint import <name>`, for every public name of the old checkpoint.py, either still works (the
+    re-exports) or raises an ImportError naming the module that defines it now, and that module does; a private
+    or unknown name stays a plain AttributeError (hasattr is False). The file helpers data.shards held name
+    files.py the same way."""
+    import importlib
+
+    import checkpoint
+
+    for name in OLD_CHECKPOINT_PY_PUBLIC:
+        try:
+            exec(f"from checkpoint import {name}", {})
+            continue
+        except ImportError as e:
+            message = str(e)
+        assert message.startswith(f"checkpoint.{name} moved: import it from checkpoint."), message
+        module = message.split("import it from ")[1].split()[0]
+        assert name in vars(importlib.import_module(module)), (name, module)
+    for name in ("_save", "_dcp_write_nothing", "no_such_name"):
+        assert not hasattr(checkpoint, name), name
+        with pytest.raises(AttributeError):
+            getattr(checkpoint, name)
+    import data.shards
+
+    for name in ("file_sha256", "fsync_directory"):
+        with pytest.raises(ImportError, match=f"data.shards.{name} moved: import it from files"):
+            exec(f"from data.shards import {name}", {})
+    exec("from data.shards import atomic_write, write_shard", {})
+    assert not hasattr(data.shards, "no_such_name") and not hasattr(data.shards, "_private")
