@@ -24,12 +24,20 @@ Tables:
   ladder docs/reproducing.md's batch-size ladder table: results/ladders/ladder.md's tables.
   new_2026 docs/reproducing.md's table of the 2026 optimizers: results/mini_2026/report.md (their learning-rate-only
          runs and the tuned recipes, on the tuned AdamW's ladder), the learning rates from their mini recipes.
+  new_2026_llama  docs/reproducing.md's table of the 2026 optimizers on the mini Llama at their GPT-2 mini recipes:
+         results/mini_2026_llama/report.md (on the tuned Llama AdamW's ladder) beside results/mini_2026/'s loss.
   llama  docs/reproducing.md's mini Llama table: results/mini_llama/report.md (loss, Welch tests, speedups) beside
          the GPT-2 mini loss at the same recipe (results/tune/speedups.csv where tuned, else results/mini/'s).
   llama_tuned  docs/reproducing.md's table of the recipes tuned on the Llama: results/tune_llama/tuning.md (runs,
          what moved: its start and tuned points) and report.md (tuned seeds, Welch tests, speedups over the tuned
          Llama AdamW's ladder, projected GPU time) beside each GPT-2 recipe's loss on the Llama
          (results/mini_llama/report.md).
+  tuned_baselines  docs/reproducing.md's table of the benchmarks' baselines tuned after the first seven:
+         results/tune/tuning.md (search runs, core-hours), results/tune/speedups.csv (tuned seeds, speedup over the
+         tuned AdamW) and results/tune/report.md (the Welch test against the tuned AdamW).
+  rankings  docs/reproducing.md's table of the learning-rate-only testbed beside the 2025 benchmarks' rankings:
+         results/mini/speedups.csv's losses against results/rankings/*.json, Kendall's tau-b as
+         experiments.rankings computes it.
 
 Where a table reads a committed report's Markdown table, it reads the report as experiments.report (or
 experiments.batch_ladder, experiments.tune) wrote it, rounding the printed digits half up; a Welch difference
@@ -540,8 +548,83 @@ def new_2026_table(results: str = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def new_2026_llama_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's table of the 2026 optimizers on the mini Llama: each at its GPT-2 mini recipe (as the
+    mini Llama table carries every recipe over), from results/mini_2026_llama/report.md (experiments.report over
+    their runs and the Llama's tuning: its loss table, Welch tests against the tuned Llama AdamW and speedups over
+    its ladder), best first, beside its GPT-2 mini loss (results/mini_2026/report.md); the tuned Llama AdamW and
+    Muon for scale."""
+    path = os.path.join(results, "mini_2026_llama", "report.md")
+    welch = welch_against(path, REFERENCE)
+    speedups = {r["optimizer"]: r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r}
+    loss, gpt2 = mean_losses(path), mean_losses(os.path.join(results, "mini_2026", "report.md"))
+    shown = [n for n in speedups if n in NEW_2026 or n in (REFERENCE, "Muon")]
+    lines = ["| optimizer | mini recipe | GPT-2 mini | Llama mini | vs the tuned Llama AdamW (Welch, p) | "
+             "speedup over the tuned Llama AdamW (95% interval) |", "| --- | --- | --- | --- | --- | --- |"]
+    for name in sorted(shown, key=lambda n: float(speedups[n]["best val loss"])):
+        recipe = NEW_2026.get(name)
+        how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned on the Llama"
+        test = "" if name == REFERENCE else welch_text(welch[name], p_significant)
+        lines.append(f"| {LABELS.get(name, name)} | {how} | {gpt2[name] if recipe else ''} | {loss[name]} | {test} | "
+                     f"{interval_text(speedups[name]['speedup (95% interval)'])} |")
+    return "\n".join(lines) + "\n"
+
+
+# The recipes of the first tuning (the headline's seven, which were also the ones tuned when the mini Llama ran): the
+# searches tuning.md holds besides them are the 2025 benchmarks' baselines, tuned after them (issue 64).
+FIRST_TUNED = LLAMA_RAN_TUNED
+
+
+def tuned_baselines_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's table of the benchmarks' baselines tuned as AdamW was: every search of
+    results/tune/tuning.md but the first seven, best tuned loss first, with its runs and core-hours (tuning.md),
+    its tuned seeds and speedup over the tuned AdamW (results/tune/speedups.csv) and its Welch test against the
+    tuned AdamW (results/tune/report.md: its p, and whether the optimizer is ahead or behind)."""
+    tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))
+    welch = welch_against(os.path.join(results, "tune", "report.md"), REFERENCE)
+    baselines = {name: row for name, row in searches(results).items() if name not in FIRST_TUNED}
+    lines = ["| optimizer | search runs | tuned, seeds 1-4 | over the tuned AdamW | Welch p | core-hours |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name in sorted(baselines, key=lambda n: tuned[n]["loss_mean"]):
+        row, (difference, p) = tuned[name], welch[name]
+        test = p_decimals(p).removeprefix("p = ").removeprefix("p ") + (", ahead" if difference < 0 else ", behind")
+        lines.append(f"| {name} | {baselines[name]['runs'].replace(' (capped)', ', capped')} | {loss_text(row)} | "
+                     f"{speedup_text(row['speedup'], row['low'], row['high'])} | {test} | "
+                     f"{baselines[name]['core-hours']} |")
+    return "\n".join(lines) + "\n"
+
+
+def tau_text(tau: float, p: float) -> str:
+    return f"{tau:.2f} (p < 0.001)" if p < 0.001 else f"{tau:.2f} ({p_significant(f'{p:.3g}')})"
+
+
+def rankings_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's table of the learning-rate-only testbed beside the published rankings: every
+    optimizer of results/mini/speedups.csv at its mean best loss to the table's 3 decimals (as the page's
+    `python -m experiments.rankings` command gives them), against each ranking of results/rankings/ (our reading
+    of a tiered one; its other readings are in the reports) holding enough of them: experiments.rankings'
+    agreement, its order and Kendall's tau-b."""
+    from experiments import rankings
+
+    speedups = read_speedups(os.path.join(results, "mini", "speedups.csv"))
+    ours = {name: round(row["loss_mean"], 3) for name, row in speedups.items()}
+    lines = ["| benchmark | their order, best first | here | Kendall's tau (p) |", "| --- | --- | --- | --- |"]
+    for benchmark, record in rankings.read_published(os.path.join(results, "rankings")).items():
+        theirs = record["ranking"]
+        found = rankings.agreement(ours, theirs)
+        if found is None:
+            continue
+        common, tau, p = found
+        tiers = [[n for n in common if theirs[n] == value] for value in sorted({theirs[n] for n in common})]
+        lines.append(f"| {benchmark.split(' (')[0]} | {' > '.join(', '.join(tier) for tier in tiers)} | "
+                     f"{' > '.join(sorted(common, key=ours.get))} | {tau_text(tau, p)} |")
+    return "\n".join(lines) + "\n"
+
+
 TABLES = {"mini": mini_table, "mini_lr": lr_only_table, "tuned": tuned_table, "ladder": ladder_table,
-          "llama": llama_table, "llama_tuned": llama_tuned_table, "new_2026": new_2026_table}
+          "llama": llama_table, "llama_tuned": llama_tuned_table, "new_2026": new_2026_table,
+          "new_2026_llama": new_2026_llama_table,
+          "tuned_baselines": tuned_baselines_table, "rankings": rankings_table}
 
 
 def render(text: str, results: str = RESULTS) -> str:

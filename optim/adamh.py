@@ -4,6 +4,7 @@ Optimization"): Adam's direction taken on the hyperball, the sphere of each hidd
 norm, instead of weight decay. For a hidden matrix W with gradient g, its radius R = ||W_0||_F (kept in the
 optimizer state, measured at its first step) and the loop's learning rate lr:
 
+    g = g - (<W, g> / max(||W||^2, 1e-10)) W      (only with tangent_projection: marin's option, off by default)
     m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;  t = t + 1
     u = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)                     (Adam's update, no lr)
     W' = W - lr * R * u / max(||u||_F, 1e-10)                                    (a step of lr * R)
@@ -42,6 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from optim.contract import GroupState, Hyperparameters, Loop, beta, positive, setting
@@ -67,6 +69,7 @@ class AdamHHyperparameters(Hyperparameters):
     hyperball_head: bool = True  # an untied head on the hyperball (marin) or on Adam (modded-nanogpt)
     hyperball_tied_embedding: bool = False  # the tied embedding/head on Adam (the embedding's rule) or the hyperball
     hyperball_radius: str = setting("initial", choices=RADII)  # R: ||W_0|| kept in the state, or ||W|| each step
+    tangent_projection: bool = False  # the hyperball rules' g minus its projection on W first (marin's, off there)
 
     state_keys = ("hyperball_head", "hyperball_tied_embedding")  # they move a matrix between the rules
 
@@ -90,18 +93,35 @@ def hyperball_step_(params: Tensors, updates: Tensors, lr: float, radii: torch.T
                                      .to(dtype).unbind()))
 
 
+def tangent_coefficients(params: Tensors, grads: Tensors, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """<W, g> / max(||W||^2, 1e-10) of each matrix (1-D, float64), from local blocks (summed over the shard group
+    in one all-reduce): g - c W is marin's tangent_projection, g minus its projection on W."""
+    dots = torch.stack([t.sum(dtype=torch.float64) for t in torch._foreach_mul(params, grads)])
+    sums = torch.cat([dots, torch.stack(torch._foreach_norm(params, 2, dtype=torch.float64)).square()])
+    if group is not None:
+        dist.all_reduce(sums, group=group)
+    dots, squares = sums.tensor_split(2)
+    return dots / squares.clamp_min(HYPERBALL_EPS)
+
+
+def subtract_multiples_(tensors: Tensors, params: Tensors, coefficients: torch.Tensor) -> None:
+    """t <- t - c W for each local block, in place."""
+    torch._foreach_add_(tensors, torch._foreach_mul(params, list((-coefficients).to(params[0].dtype).unbind())))
+
+
 class Hyperball(GroupState, GroupwiseOptimizer):
     """The hyperball optimizers' common part: param groups that each name their rule, "adam" (torch's AdamW
     arithmetic, decoupled weight decay) or a hyperball rule of a subclass ("adamh" here), the radii in the state.
-    Each group counts its steps (a Python int: the bias corrections are exact floats, with no host sync)."""
+    Each group counts its steps (a Python int: the bias corrections are exact floats, with no host sync).
+    tangent_projection: the hyperball rules take g - (<W, g> / max(||W||^2, 1e-10)) W for g (marin's option)."""
 
     rules: tuple[str, ...] = ("adam", "adamh")
     group_state_keys = ("step",)
 
-    def __init__(self, params: Iterable, defaults: dict, radius: str = "initial"):
+    def __init__(self, params: Iterable, defaults: dict, radius: str = "initial", tangent_projection: bool = False):
         if radius not in RADII:
             raise ValueError(f"radius {radius!r}: choose one of {', '.join(RADII)}")
-        self.radius = radius
+        self.radius, self.tangent_projection = radius, tangent_projection
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -119,14 +139,14 @@ class Hyperball(GroupState, GroupwiseOptimizer):
         else:
             self.hyperball_update(group, params)
 
-    def adam_updates(self, group: dict, params: Tensors) -> Tensors:
+    def adam_updates(self, group: dict, params: Tensors, grads: Tensors | None = None) -> Tensors:
         """Adam's u = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps) of each parameter (its local block),
-        after folding the gradient into m and v."""
+        after folding the gradient (or grads: local blocks) into m and v."""
         group["step"] = t = group.get("step", 0) + 1
         beta1, beta2 = group["betas"]
         states = [moment_buffers(self.state[p], p) for p in params]
         exp_avgs, exp_avg_sqs = local([s["exp_avg"] for s in states]), local([s["exp_avg_sq"] for s in states])
-        adam_moments_(exp_avgs, exp_avg_sqs, local([p.grad for p in params]), beta1, beta2)
+        adam_moments_(exp_avgs, exp_avg_sqs, grads or local([p.grad for p in params]), beta1, beta2)
         updates = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_div_(updates, math.sqrt(1.0 - beta2**t))
         torch._foreach_add_(updates, group["eps"])
@@ -136,8 +156,13 @@ class Hyperball(GroupState, GroupwiseOptimizer):
         return updates
 
     def hyperball_update(self, group: dict, params: Tensors) -> None:
-        """AdamH: Adam's update u, then the hyperball step."""
-        self.hyperball_(params, self.adam_updates(group, params), group["lr"])
+        """AdamH: Adam's update u (of the tangent gradients, with tangent_projection), then the hyperball step."""
+        grads = None
+        if self.tangent_projection:
+            blocks, grads = local(params), local([p.grad for p in params])
+            grads = [g.clone() for g in grads]
+            subtract_multiples_(grads, blocks, tangent_coefficients(blocks, grads, shard_group(params)))
+        self.hyperball_(params, self.adam_updates(group, params, grads), group["lr"])
 
     def hyperball_(self, params: Tensors, updates: Tensors, lr: float) -> None:
         """The hyperball step of params along updates (local blocks), each matrix's radius measured at its first
@@ -154,12 +179,12 @@ class Hyperball(GroupState, GroupwiseOptimizer):
 class AdamH(Hyperball):
     def __init__(self, params: Iterable, lr: float = 0.02, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                  adam_lr: float = 6e-4, adam_betas: tuple[float, float] = (0.9, 0.95), adam_eps: float = 1e-8,
-                 adam_weight_decay: float = 0.0, radius: str = "initial"):
+                 adam_weight_decay: float = 0.0, radius: str = "initial", tangent_projection: bool = False):
         """params: groups that each say rule="adamh" (2-D matrices) or "adam"; a group's missing settings come from
         the arguments of its rule (lr, betas, eps for AdamH; adam_* for Adam)."""
         self.rule_defaults = dict(adamh=dict(lr=lr, betas=betas, eps=eps),
                                   adam=dict(lr=adam_lr, betas=adam_betas, eps=adam_eps, weight_decay=adam_weight_decay))
-        super().__init__(params, {}, radius)
+        super().__init__(params, {}, radius, tangent_projection)
 
     def add_param_group(self, param_group: dict) -> None:
         for key, value in self.rule_defaults.get(param_group.get("rule"), {}).items():
@@ -190,4 +215,5 @@ def build_adamh(model: nn.Module, hp: AdamHHyperparameters, loop: Loop) -> AdamH
     return AdamH([dict(params=params, rule=rule) for rule, params in hyperball_routes(model, hp, "adamh")],
                  lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), eps=hp.eps, adam_lr=hp.adam_lr,
                  adam_betas=(hp.adam_beta1, hp.adam_beta2), adam_eps=hp.adam_eps,
-                 adam_weight_decay=hp.adam_weight_decay, radius=hp.hyperball_radius)
+                 adam_weight_decay=hp.adam_weight_decay, radius=hp.hyperball_radius,
+                 tangent_projection=hp.tangent_projection)

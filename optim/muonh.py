@@ -4,6 +4,7 @@ Optimization"): Muon's orthogonalised momentum taken on the hyperball of each hi
 norm, instead of weight decay. For a hidden matrix W with gradient g, radius R = ||W_0||_F (kept in the optimizer
 state, measured at its first step) and the loop's learning rate lr:
 
+    g = g - (<W, g> / max(||W||^2, 1e-10)) W      (only with tangent_projection: marin's option, off by default)
     b = momentum b + g;  d = g + momentum b (Nesterov) or b
     u = NS5(d)                                   (Newton-Schulz on d / (||d||_F + muon_eps); no shape factor:
                                                   the normalisation below removes any scale)
@@ -34,12 +35,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from optim.adamh import AdamH, AdamHHyperparameters, hyperball_routes
+from optim.adamh import AdamH, AdamHHyperparameters, hyperball_routes, subtract_multiples_, tangent_coefficients
 from optim.contract import Loop, MatrixProducts, Product, beta, setting
 from optim.newton_schulz import (
     NewtonSchulzSettings, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_iterations,
 )
-from optim.sharding import local
+from optim.sharding import local, shard_group
 
 
 @dataclass
@@ -85,7 +86,13 @@ class MuonH(MatrixProducts, AdamH):
         buffers = [self._momentum_buffer(p) for p in params]
         torch._foreach_mul_(buffers, group["momentum"])
         torch._foreach_add_(buffers, grads)
+        if self.tangent_projection:  # g' = g - c W (marin's tangent_projection): b took g, so b less c W
+            blocks = local(params)
+            coefficients = tangent_coefficients(blocks, local(grads), shard_group(params))
+            subtract_multiples_(local(buffers), blocks, coefficients)
         directions = torch._foreach_add(grads, buffers, alpha=group["momentum"]) if group["nesterov"] else buffers
+        if self.tangent_projection and group["nesterov"]:  # d = g' + momentum b
+            subtract_multiples_(local(directions), blocks, coefficients)
         updates = newton_schulz5_across_ranks(directions, group["ns_steps"], group["ns_eps"],
                                               coefficients=group["ns_coefficients"])
         self.hyperball_(params, local(updates), group["lr"])
@@ -102,4 +109,5 @@ def build_muonh(model: nn.Module, hp: MuonHHyperparameters, loop: Loop) -> MuonH
                  lr=loop.learning_rate, momentum=hp.muon_momentum, nesterov=hp.muon_nesterov, ns_steps=hp.ns_steps,
                  ns_coefficients=hp.ns_coefficients, ns_eps=hp.muon_eps, betas=(hp.beta1, hp.beta2), eps=hp.eps,
                  adam_lr=hp.adam_lr, adam_betas=(hp.adam_beta1, hp.adam_beta2), adam_eps=hp.adam_eps,
-                 adam_weight_decay=hp.adam_weight_decay, radius=hp.hyperball_radius)
+                 adam_weight_decay=hp.adam_weight_decay, radius=hp.hyperball_radius,
+                 tangent_projection=hp.tangent_projection)

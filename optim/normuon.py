@@ -12,8 +12,9 @@ matrix p of shape (rows, cols), with momentum mu and beta2:
 
 Source: the authors' repository zichongli5/NorMuon at d45c9a4 (normuon.py: normuon_update and
 SingleDeviceNorMuonWithAuxAdam, whose Adam for the other parameters is torch's AdamW arithmetic). The authors'
-NS5 is Keller Jordan's (the quintic, eps 1e-7); ns_coefficients picks Polar Express's instead
-(optim/newton_schulz.py).
+NS5 is Keller Jordan's (the quintic, eps 1e-7, 5 iterations); ns_coefficients picks Polar Express's or
+modded-nanogpt's "simple" instead, and ns_steps the iterations (modded-nanogpt's NorMuon: simple, 12;
+optim/newton_schulz.py).
 
 Routing (the authors' repository ships no training script; its usage "mirrors" Keller Jordan's Muon, and
 modded-nanogpt's NorMuon run routes so): the blocks' matrices on NorMuon; the embeddings, the tied head and the
@@ -38,7 +39,7 @@ import torch.nn as nn
 from optim.adamw import SideAdamW
 from optim.contract import Loop, beta, setting
 from optim.muon import NS5_EPS, Muon, ema_momentum
-from optim.newton_schulz import muon_scale, newton_schulz5_across_ranks, ns_coefficients_setting
+from optim.newton_schulz import NewtonSchulzSettings, muon_scale, newton_schulz5_across_ranks
 from optim.routing import Route, routed_params, routing
 from optim.rules import decoupled_step_
 from optim.sharding import local, row_zeros_like, shard_group, squared_norms
@@ -47,13 +48,12 @@ NORMUON_EPS = 1e-10  # the authors' (not a setting): in the row normalisation an
 
 
 @dataclass
-class NorMuonHyperparameters(SideAdamW):
+class NorMuonHyperparameters(SideAdamW, NewtonSchulzSettings):  # (ns_steps, ns_coefficients)
     weight_decay: float = setting(0.1, 0.0)  # NorMuon's (the AdamW side's is weight_decay_1d)
     muon_momentum: float = beta(0.95)
     muon_nesterov: bool = True
     normuon_beta2: float = beta(0.95)  # the per-row second moment's decay
     eps: float = setting(1e-8, 0.0)  # the AdamW side's
-    ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic or Polar Express's (optim/newton_schulz.py)
 
     def display_name(self) -> str:
         return "NorMuon"
@@ -122,6 +122,6 @@ def build_normuon(model: nn.Module, hp: NorMuonHyperparameters, loop: Loop) -> N
               lr=loop.learning_rate if route.lr == "learning_rate" else getattr(hp, route.lr))
          for route, params in routed_params(model, table)],
         lr=loop.learning_rate, weight_decay=hp.weight_decay, momentum=hp.muon_momentum, beta2=hp.normuon_beta2,
-        nesterov=hp.muon_nesterov, adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps,
+        nesterov=hp.muon_nesterov, ns_steps=hp.ns_steps, adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps,
         adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled, ns_coefficients=hp.ns_coefficients,
     )

@@ -81,6 +81,8 @@ def test_the_published_rankings_are_data_with_their_sources():
     assert track["Muon"] == track["NorMuon"] == 3250 and track["Shampoo"] == 4100 and len(track) == 6
     assert wen["Muon"] == 3.464 and wen["MARS-approx"] == 3.537 and len(wen) == 11
     assert semenov["AdEMAMix"] == 1 and semenov["AdamW"] == 3 and len(semenov) == 11
+    usage = run("-m", "experiments.rankings", "--help").stdout
+    assert all(f.name in usage for f in files), usage  # (its help names every ranking it reads)
 
 
 @pytest.mark.quick
@@ -105,6 +107,9 @@ DOCS_TABLES = {
     "tuned": "| optimizer | learning rate only | speedup over AdamW | projected GPU-time speedup",
     "ladder": "| best val loss (nats/byte), tuned lr | 4K tokens/step (1,024 steps) |",
     "new_2026": "| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) |",
+    "new_2026_llama": "| optimizer | mini recipe | GPT-2 mini | Llama mini | vs the tuned Llama AdamW (Welch, p) |",
+    "tuned_baselines": "| optimizer | search runs | tuned, seeds 1-4 | over the tuned AdamW | Welch p | core-hours |",
+    "rankings": "| benchmark | their order, best first | here | Kendall's tau (p) |",
 }
 
 
@@ -116,8 +121,8 @@ def regions(text: str) -> dict[str, str]:
 
 @pytest.mark.quick
 def test_the_reproducing_pages_tables_are_generated():
-    """docs/reproducing.md's learning-rate-only, tuned, mini Llama (carried over and tuned on it), ladder and 2026
-    tables are marked regions, each what experiments.tables makes of the committed results (a row of each
+    """docs/reproducing.md's learning-rate-only, tuned, tuned baselines', ranking, mini Llama (carried over and tuned
+    on it), ladder and 2026 tables (GPT-2 and Llama) are marked regions, each what experiments.tables makes of the committed results (a row of each
     pinned), and an emptied region is rewritten to the same bytes."""
     from experiments import tables
 
@@ -146,6 +151,15 @@ def test_the_reproducing_pages_tables_are_generated():
     assert "| MARS-exact − AdamW (Welch p) | −0.049 (0.60) | +0.012 (0.32) | −0.102 (0.047) |" in found["ladder"]
     assert "| NorMuon | learning rate | 2e-2 | 1.912 ± 0.002 | -0.368, p < 0.001 | 2.48x (2.40 to 2.55) |" \
         in found["new_2026"]
+    assert ("| Shampoo | learning rate | 2.135 ± 0.013 | 1.694 ± 0.019 | +0.071, p = 0.0099 | 0.88x (0.81 to 0.96) |"
+            in found["new_2026_llama"])
+    assert "| Kron | 29, capped | 1.945 ± 0.079 | 2.35x (1.78 to 2.94) | 0.002, ahead | 1.3 |" in found["tuned_baselines"]
+    assert "| Signum | 15 | 2.544 ± 0.012 | 0.43x (0.39 to 0.48) | < 0.001, behind | 0.5 |" in found["tuned_baselines"]
+    assert "| Muon |" not in found["tuned_baselines"] and found["tuned_baselines"].count("\n") == 2 + 12
+    assert ("| Semenov et al. 124M, to 16.8B tokens | AdEMAMix > ADOPT, Moonlight, SOAP > AdamW > Lion, MARS-approx, "
+            "Prodigy, Schedule-Free AdamW, Signum, Sophia | Moonlight > SOAP > Schedule-Free AdamW > ADOPT > AdamW > "
+            "Prodigy > MARS-approx > Sophia > AdEMAMix > Signum > Lion | 0.38 (p = 0.14) |") in found["rankings"]
+    assert found["rankings"].splitlines()[2].endswith(" | 0.82 (p < 0.001) |"), found["rankings"]
 
 
 def test_a_hand_edited_docs_table_fails_the_check(tmp_path, monkeypatch):
@@ -161,7 +175,9 @@ def test_a_hand_edited_docs_table_fails_the_check(tmp_path, monkeypatch):
                            ("tuned", "| 23 | decay 1e-2", "| 24 | decay 1e-2"),
                            ("llama", "+0.749, p < 0.001", "+0.750, p < 0.001"),
                            ("llama_tuned", "| 19, capped |", "| 20, capped |"),
-                           ("ladder", "| 0.09, 0.81 |", "| 0.10, 0.81 |")]:
+                           ("ladder", "| 0.09, 0.81 |", "| 0.10, 0.81 |"),
+                           ("tuned_baselines", "| 0.002, ahead | 1.3 |", "| 0.002, ahead | 1.4 |"),
+                           ("rankings", "| 0.38 (p = 0.14) |", "| 0.39 (p = 0.14) |")]:
         assert regions(original)[name].count(old) == 1, (name, old)
         edited = original.replace(old, new)
         page = docs / "reproducing.md"

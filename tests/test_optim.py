@@ -6,6 +6,7 @@ The Muon DDP test is in tests/test_optim_ddp.py.
 """
 
 import copy
+import dataclasses
 import io
 import itertools
 import math
@@ -17,7 +18,7 @@ import torch
 from config import ConfigError, TrainConfig
 from model import GPT, GPTConfig, PRESETS
 import optim.rules
-from optim import MARS, Muon, build_optimizer, load_config
+from optim import MARS, OPTIMIZERS, Muon, build_optimizer, load_config
 from optim.contract import needs_second_gradient
 from optim.newton_schulz import newton_schulz5, newton_schulz5_batched, ns5_flops
 from optim.sharding import balanced_owners
@@ -492,12 +493,24 @@ def test_polar_express_lands_closer_to_orthogonal_than_the_quintic():
         assert polar.pow(2).mean().sqrt() < 0.5 * quintic.pow(2).mean().sqrt() and polar.pow(2).mean().sqrt() < 0.1
 
 
-@pytest.mark.parametrize("overrides", [dict(optimizer="muon"), dict(optimizer="scion"), dict(optimizer="moonlight"),
-                                       dict(optimizer="mars-m"), dict(optimizer="mars", mars_type="mars-shampoo")],
-                         ids=["muon", "scion", "moonlight", "mars-m", "mars-shampoo"])
-def test_registry_optimizers_take_polar_express(overrides):
+# Every registry optimizer whose settings have ns_coefficients (NewtonSchulzSettings or its own field), read from
+# the registry so that one added later is covered; NS_OVERRIDES: what one needs before the key reaches its
+# Newton-Schulz (MARS reads it only for MARS-Shampoo).
+NS_OVERRIDES = {"mars": dict(mars_type="mars-shampoo")}
+ORTHOGONALISING = [name for name, spec in OPTIMIZERS.items()
+                   if "ns_coefficients" in {f.name for f in dataclasses.fields(spec.hyperparameters)}]
+
+
+def test_the_orthogonalising_optimizers_are_read_from_the_registry():
+    assert {"muon", "scion", "moonlight", "mars-m", "mars", "normuon", "adamuon", "muonclip",
+            "muonh"} <= set(ORTHOGONALISING)
+
+
+@pytest.mark.parametrize("name", ORTHOGONALISING)
+def test_registry_optimizers_take_polar_express(name):
     """--ns_coefficients=polar_express reaches each orthogonalising optimizer's Newton-Schulz: a step runs, and
     moves the weights otherwise than the quintic's step."""
+    overrides = dict(optimizer=name, **NS_OVERRIDES.get(name, {}))
     after = {}
     for coefficients in ("quintic", "polar_express"):
         torch.manual_seed(0)

@@ -9,13 +9,19 @@ tiny GPT on the same gradients (test_baselines.py's) for several steps, at a cha
 Restated in float64 throughout: the reference casts to float32 inside orthogonalize() and for Q's column
 normalisation (to upcast bf16; for float64 parameters that is a downcast, which ours does not make). Q starts
 from our documented seed (the reference draws it from the global generator and broadcasts rank 0's).
+
+Under FSDP2 on 2 gloo ranks (a scenario of the session's two-rank launch, conftest.two_ranks), a Dion step's
+collectives, as torch's dispatcher sees them, are four all-reduces of r-wide matrices: no whole matrix gathered.
 """
 
 import math
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from conftest import scenario_result
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.dion import Q_SEED, Dion, dion_rank
@@ -173,3 +179,93 @@ def test_dion_stacks_matrices_and_declares_their_products(dtype):
         optimizers[0].step()
     declared = sum(product.flops() for product in optimizers[0].products())
     assert counter.get_total_flops() == pytest.approx(declared, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- FSDP2: no whole matrix gathered
+
+
+class Collectives(TorchDispatchMode):
+    """Every collective dispatched while active, as (op, elements of its tensors): torch.distributed's calls (the
+    c10d ops) and the functional collectives that DTensor's full_tensor() and redistribute() run."""
+
+    NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if func.namespace in self.NAMESPACES and name.split(".")[1] not in ("wait_tensor", "_wrap_tensor_autograd"):
+            tensors = [t for a in args for t in (a if isinstance(a, (list, tuple)) else [a])
+                       if isinstance(t, torch.Tensor)]
+            self.calls.append((name, sum(t.numel() for t in tensors)))
+        return func(*args, **(kwargs or {}))
+
+
+FSDP_STEPS = 2
+
+
+def collectives_of_fsdp_steps(rt) -> dict:
+    """A scenario of tests/ranks.py: the tiny GPT under FSDP2 over every rank, Dion (and, as the probe's control,
+    Shampoo, which gathers each parameter whole) through the registry, FSDP_STEPS real steps on random sharded
+    gradients: each rank's collectives of each step, and whether every weight is finite and the Dion matrices
+    moved."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import distribute_tensor
+
+    outcome = {}
+    for name in ("dion", "shampoo"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**TINY))
+        fully_shard(model)
+        optimizer = build_optimizer(model, tiny_config(optimizer=name, compile=False), "cpu")
+        before = [p.detach().full_tensor() for p in model.parameters()]
+        gen, steps = torch.Generator().manual_seed(1), []
+        for _ in range(FSDP_STEPS):
+            for p in model.parameters():
+                p.grad = distribute_tensor(torch.randn(p.shape, generator=gen) * 0.1, p.device_mesh, p.placements)
+            with Collectives() as collectives:
+                optimizer.step()
+            steps.append(collectives.calls)
+        after = [p.detach().full_tensor() for p in model.parameters()]
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, steps)
+        moved = [not torch.equal(a, b) for (n, p), a, b in zip(model.named_parameters(), after, before)
+                 if p.ndim == 2 and ".h." in n]
+        outcome[name] = dict(ranks=ranks, finite=all(torch.isfinite(a).all().item() for a in after),
+                             moved=all(moved))
+    return outcome
+
+
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    return [("dion_fsdp_collectives", "test_optim_dion:collectives_of_fsdp_steps", {})]
+
+
+def test_dion_under_fsdp_never_gathers_a_matrix(two_ranks):
+    """Dion's own FSDP2 sharding: each step's only collectives are its four all-reduces (P of the wide matrices,
+    the two Cholesky passes' Grams of the others, R of all), of exactly the r-wide matrices the algorithm sums over
+    the ranks' row blocks: per matrix (m x n, r < min(m, n)) max(m, n) x r for P (wide), r x r twice (tall or
+    square), min(m, n) x r for R; none holds a whole matrix, and no all-gather, all-to-all or broadcast (nor
+    DTensor's full_tensor) runs. The probe sees the whole-matrix gathers of Shampoo's FSDP path."""
+    result = scenario_result(two_ranks, "dion_fsdp_collectives")
+    hp = tiny_config(optimizer="dion").hyperparameters
+    shapes = [tuple(p.shape) for n, p in GPT(GPTConfig(**TINY)).named_parameters() if p.ndim == 2 and ".h." in n]
+    ranks = [dion_rank(shape, hp.rank_fraction, hp.rank_multiple_of) for shape in shapes]
+    assert all(r < min(shape) for shape, r in zip(shapes, ranks))
+    wide = [(shape, r) for shape, r in zip(shapes, ranks) if shape[0] < shape[1]]
+    tall = [(shape, r) for shape, r in zip(shapes, ranks) if shape[0] >= shape[1]]
+    assert wide and tall  # both orientations are exercised (mlp.c_proj is wide)
+    expected = [("c10d.allreduce_.default", sum(max(shape) * r for shape, r in wide)),
+                ("c10d.allreduce_.default", sum(r * r for _, r in tall)),
+                ("c10d.allreduce_.default", sum(r * r for _, r in tall)),
+                ("c10d.allreduce_.default", sum(min(shape) * r for shape, r in zip(shapes, ranks)))]
+    dion = result["dion"]
+    assert len(dion["ranks"]) == 2 and dion["finite"] and dion["moved"]
+    for steps in dion["ranks"]:
+        assert steps == [expected] * FSDP_STEPS, steps
+    shampoo = result["shampoo"]
+    assert shampoo["finite"]
+    gathered = [elements for steps in shampoo["ranks"] for step in steps for name, elements in step
+                if "allgather" in name or "all_gather" in name]
+    assert gathered and max(gathered) >= max(m * n for m, n in shapes), shampoo["ranks"]

@@ -14,6 +14,7 @@ records/track_3_optimization/results/20260430_muonh/train_gpt_simple_muonh.py an
 import pytest
 import torch
 
+import optim.newton_schulz
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.adamh import hyperball_routes
@@ -66,9 +67,16 @@ def marin_rule(name, p, kind, hp):
     return "adam"
 
 
+def marin_tangent_projection(p, g):
+    """scale_by_adamh's and scale_with_muonh's tangent_projection: g minus its projection on p."""
+    return g - (torch.vdot(p.flatten(), g.flatten()) / torch.clamp(p.norm() ** 2, min=1e-10)) * p
+
+
 def marin_step(p, g, state, rule, lr, adam_lr, hp):
     if rule == "adam":
         return p - adam_lr * marin_adam_direction(g, state, hp["adam_beta1"], hp["adam_beta2"], hp["adam_eps"])
+    if hp["tangent_projection"]:
+        g = marin_tangent_projection(p, g)
     if rule == "adamh":
         u = marin_adam_direction(g, state, hp["beta1"], hp["beta2"], hp["eps"])
     else:
@@ -131,13 +139,15 @@ def run_against_marin(name, dtype, reference_step=marin_step, **settings):
 
 
 # AdamH to float32 rounding in float32 and to float64 rounding in float64; MuonH's Newton-Schulz runs in float32 on
-# the CPU (optim/newton_schulz.ns5_dtype) whatever the weights' dtype, so float32 rounding bounds it (float64 weights
-# land at 1.6e-7: not run).
+# the CPU (optim/newton_schulz.ns5_dtype) whatever the weights' dtype, so float32 rounding bounds it here (float64
+# weights land at 1.6e-7); test_muonh_in_float64_is_its_authors_arithmetic runs it in float64, as marin's does.
 PARITY = [pytest.param("adamh", torch.float32, {}, 2e-6, marks=pytest.mark.quick),
           ("adamh", torch.float64, {}, 1e-12),
           ("adamh", torch.float64, dict(hyperball_radius="current"), 1e-12),
+          ("adamh", torch.float64, dict(tangent_projection=True), 1e-12),
           ("muonh", torch.float32, {}, 1e-6),
-          ("muonh", torch.float32, dict(muon_nesterov=False, hyperball_radius="current"), 1e-6)]
+          ("muonh", torch.float32, dict(muon_nesterov=False, hyperball_radius="current"), 1e-6),
+          ("muonh", torch.float32, dict(tangent_projection=True), 1e-6)]
 
 
 @pytest.mark.parametrize("name, dtype, settings, tolerance", PARITY)
@@ -156,12 +166,39 @@ def test_hyperball_matches_modded_nanogpts_code(name, settings):
     assert run_against_marin(name, torch.float32, reference_step=modded_step, **settings) < 1e-6
 
 
+# With Newton-Schulz in float64 too (marin's runs in the parameter's dtype; ours in ns5_dtype, float32 on the CPU):
+# against marin's code every parameter, MuonH's matrices and the Adam side, to float64 rounding (2e-15 measured);
+# against modded-nanogpt's to 1e-9 (4.5e-10 measured): its EMA momentum is (1 - mu) times marin's sum, the same
+# direction but for Newton-Schulz's X / (||X|| + 1e-7), whose eps then weighs 1 / (1 - mu) times more.
+MUONH_FLOAT64 = [(marin_step, {}, 1e-12),
+                 (marin_step, dict(muon_nesterov=False, hyperball_radius="current"), 1e-12),
+                 (marin_step, dict(tangent_projection=True), 1e-12),
+                 (marin_step, dict(tangent_projection=True, muon_nesterov=False), 1e-12),
+                 (modded_step, MODDED_MUONH, 1e-9)]
+
+
+@pytest.mark.parametrize("reference_step, settings, tolerance", MUONH_FLOAT64,
+                         ids=["marin", "marin-no-nesterov-current-radius", "marin-tangent-projection",
+                              "marin-tangent-projection-no-nesterov", "modded-nanogpt"])
+def test_muonh_in_float64_is_its_authors_arithmetic(monkeypatch, reference_step, settings, tolerance):
+    monkeypatch.setattr(optim.newton_schulz, "ns5_dtype", lambda device: torch.float64)
+    assert run_against_marin("muonh", torch.float64, reference_step=reference_step, **settings) < tolerance
+
+
 @pytest.mark.parametrize("name, wrong", [("adamh", dict(hyperball_tied_embedding=True)),
                                          ("muonh", dict(ns_coefficients="polar_express"))])
 def test_the_reference_tells_settings_apart(name, wrong):
     assert run_against_marin(name, torch.float32, **wrong) > 1e-3
     if name == "muonh":  # and modded-nanogpt's Newton-Schulz from marin's
         assert run_against_marin(name, torch.float32, reference_step=modded_step, **MODDED) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["adamh", "muonh"])
+def test_tangent_projection_moves_the_weights_otherwise(name):
+    """tangent_projection=True against marin's step without it: the setting changes the numbers (7e-3, 1e-2)."""
+    def without_projection(p, g, state, rule, lr, adam_lr, hp):
+        return marin_step(p, g, state, rule, lr, adam_lr, hp | dict(tangent_projection=False))
+    assert run_against_marin(name, torch.float32, reference_step=without_projection, tangent_projection=True) > 1e-3
 
 
 @pytest.mark.parametrize("name", ["adamh", "muonh"])
