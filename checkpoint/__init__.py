@@ -9,13 +9,9 @@ Checkpoints, by concept:
 Re-exported here: the names train.py, sample.py, eval/, experiments/ and the tests import from `checkpoint`.
 Every other public name of the single checkpoint.py this package replaced (model_from_checkpoint, verify_checksum,
 load_sharded_state, ...) lives in one of the four files: `from checkpoint import verify_checksum` raises an
-ImportError naming it ("checkpoint.verify_checksum moved: import it from checkpoint.file"), found by looking the
-name up in the files themselves, so the message cannot go stale. A private or unknown name is a plain
-AttributeError.
+ImportError naming it ("checkpoint.verify_checksum moved: import it from checkpoint.file"; MOVED). A private or
+unknown name is a plain AttributeError.
 """
-
-import ast
-import os
 
 from checkpoint.evaluation import load_model
 from checkpoint.file import CheckpointError, FileCheckpoints, checksum_path, has_checkpoint, save_checkpoint, step_path
@@ -29,41 +25,24 @@ __all__ = [
 ]
 
 
-SUBMODULES = ("file", "sharded", "resume", "evaluation")  # (the files of this package, in this docstring's order)
 
-
-def _defined_in(submodule: str) -> set[str]:
-    """The names a file of this package defines at its top level (def, class, assignment), not those it
-    imports: where a name lives, whichever other files import it."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{submodule}.py")
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    names = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)
-    return names
-
-
-def moved_to(name: str) -> str | None:
-    """The module that now defines a public name checkpoint.py used to ('checkpoint.file'), or None."""
-    if name.startswith("_"):
-        return None
-    for submodule in SUBMODULES:
-        if name in _defined_in(submodule):
-            return f"checkpoint.{submodule}"
-    return None
+# The public names of the single checkpoint.py that moved into this package's files without a re-export here, by
+# the file that defines them now (a fixed historical fact; tests/test_checkpoints.py checks each is defined there).
+MOVED = {
+    "file": ("LATEST", "BEST", "CHECKSUMS", "tensor_records", "tensor_sha256", "verify_records", "rotate",
+             "step_checkpoints", "remove_checkpoint", "recorded_checksum", "verify_checksum", "unreadable"),
+    "sharded": ("META", "MANIFEST", "dcp_folder", "load_sharded_meta", "initialize_optimizer_state",
+                "load_sharded_state", "named_optimizer_state"),
+    "resume": ("STATE_KEYS", "RESUME_ONLY_KEYS", "stored_model_args"),
+    "evaluation": ("model_from_checkpoint", "is_run_folder", "tokenizer_of"),
+}
 
 
 def __getattr__(name: str):
     """An old `from checkpoint import <name>` (or checkpoint.<name>) names the file that holds it now. An
     ImportError, not an AttributeError: `from checkpoint import x` turns an AttributeError into its own
     "cannot import name", dropping the message."""
-    module = moved_to(name)
+    module = next((f"checkpoint.{file}" for file, names in MOVED.items() if name in names), None)
     if module is None:
         raise AttributeError(f"module 'checkpoint' has no attribute '{name}'", name=name)
     raise ImportError(f"checkpoint.{name} moved: import it from {module} (from {module} import {name})",

@@ -137,7 +137,8 @@ def to_blocks(x: torch.Tensor, layout: Layout) -> torch.Tensor:
 def from_blocks(blocks: torch.Tensor, layout: Layout, shape: torch.Size) -> torch.Tensor:
     """to_blocks undone: the blocks of k parameters put back together and unpadded, (k, *shape)."""
     counts, dims, k = [len(p) for p in layout.pieces], len(layout.pieces), blocks.shape[0] // layout.blocks
-    x = blocks.reshape(k, *counts, *layout.padded).permute([0, *[n for d in range(dims) for n in (1 + d, 1 + dims + d)]])
+    interleaved = [n for d in range(dims) for n in (1 + d, 1 + dims + d)]  # each dim's (count, side) together
+    x = blocks.reshape(k, *counts, *layout.padded).permute([0, *interleaved])
     x = x.reshape(k, *[count * side for count, side in zip(counts, layout.padded)])
     return x[(slice(None), *[slice(0, size) for size in layout.shape])].reshape(k, *shape)
 
@@ -441,8 +442,10 @@ class Kron(MatrixProducts, GroupState, ListwiseOptimizer):
                     results[k] = result
             return results
 
-        results = on_owner_ranks(units, kron_step, torch.float32)
-        if update or balance:  # (otherwise the preconditioners are unchanged)
+        # The preconditioners come back only from a step that updates them (and rebalances, on some of those):
+        # on the others (95% of them once the probability reaches 0.05) only the direction travels.
+        results = on_owner_ranks(units, kron_step, torch.float32, returned=None if update else 1)
+        if update:
             torch._foreach_copy_(local([q for unit in units for q in unit[1:]]),
                                  local([q for r in results for q in r[1:]]))
         updates = {id(p): direction for p, (direction, *_) in zip(params, results)}

@@ -117,24 +117,27 @@ Compute = Callable[[list[int], list[Tensors]], list[Tensors]]
 
 
 def on_owner_ranks(units: list[Tensors], compute: Compute, dtype: torch.dtype,
-                   costs: list[float] | None = None) -> list[Tensors]:
+                   costs: list[float] | None = None, returned: int | None = None) -> list[Tensors]:
     """Tensors of the same shapes as each unit's, computed from the whole unit on one owner rank, for every unit,
     and returned to every rank laid out as its inputs. Owners are balanced by each unit's cost (its elements if
     none is given: give the work, FLOPs, where it grows otherwise), and each rank computes all the units it
     owns in one compute call. Sharded units (DTensors on dim 0 over one group: FSDP2) go to their owner by one
     all-to-all and come back as each rank's rows by another; plain ones (DDP: every rank holds them whole) are
     computed by their owner and broadcast. Everything travels in dtype (what compute returns, so the transfers
-    are exact) and comes back in each input's dtype. Without torch.distributed, or on one rank, every unit is
-    computed here, in one call."""
+    are exact) and comes back in each input's dtype. Only the results of each unit's first `returned` tensors
+    come back (all of them if None): the others are inputs that compute reads and this step does not change.
+    Without torch.distributed, or on one rank, every unit is computed here, in one call."""
     if not units:
         return []
     sizes = [sum(t.numel() for t in unit) for unit in units]
     costs = sizes if costs is None else costs
     if isinstance(units[0][0], DTensor):
-        return _on_owners_of_shards(units, compute, dtype, costs)
+        return _on_owners_of_shards(units, compute, dtype, costs, returned)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [[r.to(t.dtype) for r, t in zip(results, unit)]
+        return [[r.to(t.dtype) for r, t in zip(results[:returned], unit)]
                 for results, unit in zip(compute(list(range(len(units))), units), units)]
+    back = [unit[:returned] for unit in units]  # (the tensors whose results come back)
+    sizes = [sum(t.numel() for t in unit) for unit in back]
     world_size, rank = dist.get_world_size(), dist.get_rank()
     owners, _ = balanced_owners(costs, world_size)
     held = [sum(size for size, owner in zip(sizes, owners) if owner == r) for r in range(world_size)]
@@ -147,31 +150,34 @@ def on_owner_ranks(units: list[Tensors], compute: Compute, dtype: torch.dtype,
     mine = [i for i, owner in enumerate(owners) if owner == rank]
     if mine:
         flat[starts[rank] : starts[rank] + held[rank]] = torch.cat(
-            [r.reshape(-1) for results in compute(mine, [units[i] for i in mine]) for r in results])
-    # One broadcast per rank of its segment, all in flight at once: an all-gather of unequal parts (what NCCL's
-    # own uneven all_gather issues; gloo has none). Padding every part to the largest would move up to
-    # world_size x the largest owner's share: 2.5x the bytes on GPT-2 small at 8 ranks, 10x at 32.
+            [r.reshape(-1) for results in compute(mine, [units[i] for i in mine]) for r in results[:returned]])
+    # One broadcast per rank of its segment, issued without waiting: an all-gather of unequal parts, which gloo
+    # lacks (NCCL runs them one after another on its stream: world_size latencies, not more bytes). Padding every
+    # part to the largest, for one all-gather, would move up to world_size x the largest owner's share: 2.5x the
+    # bytes on GPT-2 small at 8 ranks, 10x at 32.
     works = [dist.broadcast(flat[starts[r] : starts[r] + held[r]], src=r, async_op=True)
              for r in range(world_size) if held[r]]
     for work in works:
         work.wait()
     results = []
-    for unit, offset, size in zip(units, offsets, sizes):
+    for unit, offset, size in zip(back, offsets, sizes):
         parts = flat[offset : offset + size].split([t.numel() for t in unit])
         results.append([part.view_as(t).to(t.dtype) for part, t in zip(parts, unit)])
     return results
 
 
 def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: torch.dtype,
-                         costs: list[float]) -> list[list[DTensor]]:
+                         costs: list[float], returned: int | None) -> list[list[DTensor]]:
     """on_owner_ranks of sharded units: one all-to-all sends every owner the other ranks' row blocks of its
     units' tensors, the owner computes on the whole tensors, and a second all-to-all returns each rank its
-    rows of the results. Every block travels at its own size, with no padding."""
+    rows of the results (of each unit's first `returned` tensors). Every block travels at its own size, with
+    no padding."""
     group = shard_group(units[0])
     world_size, rank = dist.get_world_size(group), dist.get_rank(group)
     device = units[0][0].device
     tensors = [t for unit in units for t in unit]
     unit_of = [i for i, unit in enumerate(units) for _ in unit]
+    comes_back = [k < (returned or len(unit)) for unit in units for k in range(len(unit))]
     blocks = local(tensors)
     rows = [row_blocks(t.shape[0], world_size) for t in tensors]  # each rank's rows of each tensor
     sizes = [[r * math.prod(t.shape[1:]) for r in tensor_rows] for t, tensor_rows in zip(tensors, rows)]
@@ -191,16 +197,21 @@ def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: to
     cut = {}  # this rank's results, cut into each rank's rows
     for i, results in zip(mine, compute(mine, [[wholes[j] for j in members[i]] for i in mine]) if mine else []):
         for j, result in zip(members[i], results):
-            cut[j] = result.to(dtype).split(rows[j])
-    returned = [cut[j][r].reshape(-1) for r in range(world_size) for j in owned_by[rank]]
-    incoming = _all_to_all(returned, receive_sizes, send_sizes, dtype, device, group)
-    updates: list[torch.Tensor] = [None] * len(tensors)
-    for r, part in enumerate(incoming.split(send_sizes)):
-        for j, rows_of_j in zip(owned_by[r], part.split([sizes[j][rank] for j in owned_by[r]])):
+            if comes_back[j]:
+                cut[j] = result.to(dtype).split(rows[j])
+    # each rank its rows of the results that come back: from each owner, of the owner's tensors
+    back_by = [[j for j in owned_by[r] if comes_back[j]] for r in range(world_size)]
+    return_sizes = [sum(sizes[j][r] for j in back_by[rank]) for r in range(world_size)]
+    back_sizes = [sum(sizes[j][rank] for j in back_by[r]) for r in range(world_size)]
+    outgoing = [cut[j][r].reshape(-1) for r in range(world_size) for j in back_by[rank]]
+    incoming = _all_to_all(outgoing, return_sizes, back_sizes, dtype, device, group)
+    updates: dict[int, torch.Tensor] = {}
+    for r, part in enumerate(incoming.split(back_sizes)):
+        for j, rows_of_j in zip(back_by[r], part.split([sizes[j][rank] for j in back_by[r]])):
             updates[j] = rows_of_j.view(blocks[j].shape).to(tensors[j].dtype)
-    results = [DTensor.from_local(u, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride())
-               for u, t in zip(updates, tensors)]
-    return [[results[j] for j in members[i]] for i in range(len(units))]
+    results = {j: DTensor.from_local(u, tensors[j].device_mesh, tensors[j].placements, run_check=False,
+                                     shape=tensors[j].shape, stride=tensors[j].stride()) for j, u in updates.items()}
+    return [[results[j] for j in members[i] if comes_back[j]] for i in range(len(units))]
 
 
 def _all_to_all(parts: Tensors, send_sizes: list[int], receive_sizes: list[int], dtype: torch.dtype,

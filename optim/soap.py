@@ -102,7 +102,8 @@ class SOAP(MatrixProducts, GroupwiseOptimizer):
     State per parameter p: step, exp_avg (m) and exp_avg_sq (v), in p's layout (in the rotated coordinates),
     GG = [L or None, R or None] and, from the first step, Q = [Q_L or None, Q_R or None] (one entry each for a
     1-D parameter; None where the side is not rotated). The matrices of L, R, Q_L and Q_R are views of their stack's
-    tensor (stack_of), which torch.save and the state_dict keep as each parameter's own."""
+    tensor (stack_of); the state_dict holds them per parameter (torch.save writes their stack's storage once, DCP
+    each view alone), and after a restore the first step stacks them again, once."""
 
     side_state_sharded = False  # L, R, Q_L, Q_R whole on every rank under FSDP (bench.memory)
 

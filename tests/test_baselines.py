@@ -622,7 +622,7 @@ def test_soap_keeps_each_stacks_statistics_and_bases_as_views_of_one_tensor():
     torch.save(optimizer.state_dict(), buffer)
     buffer.seek(0)
     optimizer.load_state_dict(torch.load(buffer))
-    assert optimizer.state[params[0]]["Q"][0]._base is None  # restored: tensors of their own
+    assert optimizer.state[params[0]]["Q"][0]._base is None  # restored: no longer views of the stack
     step()
     restacked = stacks()
     step()

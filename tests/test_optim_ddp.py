@@ -24,7 +24,10 @@ from optim.contract import MatrixProducts
 MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=34", "--block_size=30", "--vocab_size=128", "--dropout=0.0"]
 STEPS = 3
 # Variants beyond the registry's defaults whose step is matrix products.
-EXTRA_VARIANTS = {"mars-shampoo": ["--optimizer=mars", "--mars_type=mars-shampoo"]}
+EXTRA_VARIANTS = {"mars-shampoo": ["--optimizer=mars", "--mars_type=mars-shampoo"],
+                  # Kron's update probability below 1 from the first step: steps 1 and 3 leave the preconditioners
+                  # as they are (only the direction comes back from the owners), step 2 updates them
+                  "kron-skipping": ["--optimizer=kron", "--kron_update_prob_flat_start=0"]}
 # Optimizers whose sharded step sums products over the ranks' row blocks (an all-reduce of partial sums, in another
 # order than one process's product over all rows, and never a whole matrix gathered): sharded, they equal one
 # process to float32 rounding, not bit for bit (plain, they compute alone and do). Dion (measured 2e-8 relative).
@@ -66,10 +69,10 @@ def counted_calls(functions: dict[str, tuple[object, str]]):
             setattr(module, attribute, originals[name])
 
 
-def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.Tensor]], int, dict[str, dict]]:
+def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.Tensor]], int, dict[str, list]]:
     """STEPS steps of every matrix variant on the same model and gradients (the same on every rank), its
     parameters plain or (sharded) FSDP2's DTensors over every rank: each variant's final weights, whole, how
-    many matrices this process orthogonalised, and each variant's calls per step of the owner exchange's
+    many matrices this process orthogonalised, and each variant's calls in each step of the owner exchange's
     collectives (optim.sharding.on_owner_ranks: all-to-alls sharded, broadcasts plain) and of the batched
     Newton-Schulz."""
     import optim.newton_schulz
@@ -98,7 +101,7 @@ def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.
                 with counted_calls(watched) as counts:
                     optimizer.step()
                 steps.append(counts)
-            per_step[name] = {key: max(counts[key] for counts in steps) for key in watched}
+            per_step[name] = steps
             results[name] = [(p.full_tensor() if sharded else p).detach().clone() for p in model.parameters()]
     torch.set_num_threads(threads)
     return results, calls[0], per_step
@@ -106,13 +109,14 @@ def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.
 
 def results_of_ranks(rt) -> dict:
     """A scenario of tests/ranks.py: run_on_fixed_gradients with plain and with sharded parameters; this rank's
-    weights and every rank's count of matrices orthogonalised (plain, then sharded)."""
+    weights, and every rank's count of matrices orthogonalised and calls in each step (plain, then sharded)."""
     outcome = {}
     for layout in ("plain", "sharded"):
         weights, calls, per_step = run_on_fixed_gradients(sharded=layout == "sharded")
-        all_calls = [None] * dist.get_world_size()
+        all_calls, all_per_step = [None] * dist.get_world_size(), [None] * dist.get_world_size()
         dist.all_gather_object(all_calls, calls)
-        outcome[layout] = {"weights": weights, "calls": all_calls, "per_step": per_step}
+        dist.all_gather_object(all_per_step, per_step)
+        outcome[layout] = {"weights": weights, "calls": all_calls, "per_step": all_per_step}
     return outcome
 
 
@@ -121,7 +125,7 @@ def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
 
 
 def check_against_one_process(result: dict, world_size: int) -> None:
-    expected, single_calls, _ = run_on_fixed_gradients()
+    expected, single_calls, single_steps = run_on_fixed_gradients()
     assert len(expected) >= 7, sorted(expected)  # Muon, Moonlight, MARS-M, MARS-Shampoo, Scion, SOAP, Kron, ...
     for layout in ("plain", "sharded"):
         for name, wanted in expected.items():
@@ -134,16 +138,24 @@ def check_against_one_process(result: dict, world_size: int) -> None:
         assert sum(calls) == single_calls, (layout, calls)  # no rank repeats another's work
         assert all(0 < c < single_calls for c in calls), (layout, calls)
         assert len(calls) == world_size
-        # One exchange a step (there and back as row blocks; plain, at most one broadcast per owner, all in
-        # flight at once) and one batched Newton-Schulz call on each rank, whatever the number of matrices.
-        # (Kron's preconditioners also go through the owner exchange; Dion and SOAP never use it.)
-        for name, counts in result[layout]["per_step"].items():
-            if layout == "sharded":
-                assert counts["all_to_all"] in ((0,) if name in ROW_BLOCK_SUMS | {"soap", "shampoo"} else (2,)), \
-                    (name, counts)
-            else:
-                assert counts["all_to_all"] == 0 and counts["broadcast"] <= world_size, (name, counts)
-            assert counts["batched"] <= 1, (name, counts)
+        # Each step: one exchange (sharded, one all-to-all there and one back; plain, one broadcast per owner)
+        # and one batched Newton-Schulz call on each owner, whatever the number of matrices. Kron's
+        # preconditioners also go through the owner exchange; Dion, SOAP and Shampoo never use it.
+        for name in expected:
+            orthogonalises = all(counts["batched"] == 1 for counts in single_steps[name])  # (one process)
+            exchanges = name not in ROW_BLOCK_SUMS | {"soap", "shampoo"}
+            for step in range(STEPS):
+                ranks = [per_step[name][step] for per_step in result[layout]["per_step"]]
+                owners = sum(counts["batched"] for counts in ranks)
+                assert all(counts["batched"] <= 1 for counts in ranks), (layout, name, step, ranks)
+                assert owners == (world_size if orthogonalises else 0), (layout, name, step, ranks)
+                for counts in ranks:
+                    if layout == "sharded":
+                        assert counts["all_to_all"] == (2 if exchanges else 0), (name, step, ranks)
+                    else:
+                        assert counts["all_to_all"] == 0, (name, step, ranks)
+                        assert counts["broadcast"] == (owners if orthogonalises else world_size if exchanges else 0), \
+                            (name, step, ranks)
 
 
 def test_two_ranks_equal_one_process(two_ranks):
