@@ -125,3 +125,17 @@ def test_row_statistics_are_each_rows_own():
     assert torch.equal(torch.cat(row_mean_squares([whole[:4], whole[4:]])), together[0])
     torch.testing.assert_close(together[0], (whole * whole).mean(dim=1, keepdim=True))
     assert together[2].shape == (6, 1)
+
+
+def test_normuon_takes_modded_nanogpts_newton_schulz(monkeypatch):
+    """ns_coefficients=simple, ns_steps=12 (modded-nanogpt's NorMuon's Newton-Schulz): the reference with their 12
+    iterations of (2, -1.5, 0.5) in place of the authors' quintic, to float32 rounding; the quintic misses it."""
+    import sys
+
+    from test_optim_hyperball import modded_newton_schulz
+
+    monkeypatch.setattr(sys.modules[__name__], "official_ns5", modded_newton_schulz)
+    errors = run_both(torch.float32, ns_coefficients="simple", ns_steps=12)
+    assert max(e for _, _, e in errors) < 2e-6, errors
+    errors = run_both(torch.float32)
+    assert max(e for _, matrix, e in errors if matrix) > 1e-3, errors
