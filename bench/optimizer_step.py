@@ -26,8 +26,9 @@ Last, the owner plan of Newton-Schulz under torch.distributed for this model (--
 XL, llama-124m and llama-720m, without timing anything): over 2, 8 and 32 ranks, each rank's NS5 FLOPs
 (the busiest's, the mean, and their ratio: the balance; whole matrices cannot balance better than the
 largest's share), and the bytes the busiest rank receives per step in bf16, as on CUDA: under DDP the
-owners' results, under FSDP the two all-to-alls (optim/sharding.py's on_owner_ranks). Every 2-D parameter
-goes to Newton-Schulz, embeddings included, as in the paper's Muon.
+owners' results, under FSDP the two all-to-alls (optim/sharding.py's on_owner_ranks); then each rank's share,
+its FLOPs and the bytes it receives. Every 2-D parameter goes to Newton-Schulz, embeddings included, as in the
+paper's Muon.
 """
 
 if not __package__:  # run as a file: the repository's modules (model, data, ...) are not importable
