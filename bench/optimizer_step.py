@@ -288,13 +288,13 @@ def print_owner_plans(models: dict[str, GPTConfig], world_sizes: tuple[int, ...]
           "(FSDP: blocks to the owners + results back):")
     print(f"{'model':<26} {'matrices':>8} {'NS5 TFLOP':>10} {'ranks':>5} {'busiest TFLOP':>13} {'mean TFLOP':>10} "
           f"{'max/mean':>8} {'best':>6} {'DDP GB':>8} {'FSDP GB':>17}")
-    plans = {(name, world_size): owner_plan(matrix_shapes(config), world_size)
-             for name, config in models.items() for world_size in world_sizes}
+    shapes = {name: matrix_shapes(config) for name, config in models.items()}
+    plans = {(name, world_size): owner_plan(shapes[name], world_size) for name in models for world_size in world_sizes}
     for (name, world_size), plan in plans.items():
         mean, (gather, back) = statistics.mean(plan.loads), plan.fsdp_bytes
         best = max(1.0, plan.largest / mean)  # no plan of whole matrices does better
         fsdp = f"{max(gather) / 1e9:.4g} + {max(back) / 1e9:.4g}"
-        print(f"{name:<26} {len(matrix_shapes(models[name])):>8} {sum(plan.loads) / 1e12:>10.4g} {world_size:>5} "
+        print(f"{name:<26} {len(shapes[name]):>8} {sum(plan.loads) / 1e12:>10.4g} {world_size:>5} "
               f"{max(plan.loads) / 1e12:>13.4g} {mean / 1e12:>10.4g} {plan.balance:>7.2f}x {best:>5.2f}x "
               f"{max(plan.ddp_bytes) / 1e9:>8.4g} {fsdp:>17}")
     print("\nEach rank's share, rank 0 first: NS5 TFLOP; GB received under DDP; under FSDP (blocks in + results back):")

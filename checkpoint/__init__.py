@@ -25,7 +25,6 @@ __all__ = [
 ]
 
 
-
 # The public names of the single checkpoint.py that moved into this package's files without a re-export here, by
 # the file that defines them now (a fixed historical fact; tests/test_checkpoints.py checks each is defined there).
 MOVED = {

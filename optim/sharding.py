@@ -129,8 +129,7 @@ def on_owner_ranks(units: list[Tensors], compute: Compute, dtype: torch.dtype,
     Without torch.distributed, or on one rank, every unit is computed here, in one call."""
     if not units:
         return []
-    sizes = [sum(t.numel() for t in unit) for unit in units]
-    costs = sizes if costs is None else costs
+    costs = [sum(t.numel() for t in unit) for unit in units] if costs is None else costs
     if isinstance(units[0][0], DTensor):
         return _on_owners_of_shards(units, compute, dtype, costs, returned)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
