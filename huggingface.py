@@ -42,7 +42,8 @@ CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
 # training, not the function; dropout is off in evaluation.)
 EXPRESSIBLE_FIELDS = {
     "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "scale_attn_by_inverse_layer_idx",
-    "architecture", "mlp_ratio", "rope_theta", "norm_eps", "tie_embeddings", "init",
+    "architecture", "mlp_ratio", "rope_theta", "norm_eps", "tie_embeddings", "init", "parametrization",
+    "mup_base_width",
 }
 HF_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
 MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama"}  # Hugging Face's model_type: our architecture
@@ -66,6 +67,10 @@ def check_expressible(config: GPTConfig) -> None:
                          "map them in hf_config and hf_model_args or refuse them explicitly")
     if config.architecture == "gpt2" and (not config.tie_embeddings or config.mlp_ratio):
         raise ValueError("a GPT2LMHeadModel has a tied head and a 4 n_embd MLP; this GPT-2 has not")
+    if config.width_multiplier() != 1:
+        raise InputError(f"this model is mup at {config.width_multiplier():g}x its base width (its attention's 1/d and "
+                         "its logits / m), which a Hugging Face GPT-2 or Llama does not compute: evaluate it with "
+                         "python -m eval.hellaswag or eval.harness, which load it as it was trained")
 
 
 def hf_config(config: GPTConfig) -> dict:
@@ -241,6 +246,8 @@ def hf_model_args(cfg) -> dict:
                  if getattr(cfg, key) and getattr(cfg, key) != checkpoint[key]]
     if cfg.scale_attn_by_inverse_layer_idx and not checkpoint["scale_attn_by_inverse_layer_idx"]:
         conflicts.append("scale_attn_by_inverse_layer_idx=True (it has False)")
+    if cfg.parametrization != "sp":
+        conflicts.append(f"parametrization={cfg.parametrization} (a Hugging Face checkpoint is sp)")
     if conflicts:
         raise HuggingFaceError(f"--init_from=hf:{source}: the checkpoint's config.json decides the model's shape, and "
                                f"the run asks for {', '.join(conflicts)}; remove those settings (or set them as the "

@@ -14,6 +14,7 @@ rounded up to a multiple of 256; no biases; the head tied to the embedding unles
 The presets (PRESETS) pick the architecture; docs/models.md gives each one's source.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -41,11 +42,21 @@ class GPTConfig:
     norm_eps: float = 1e-5  # the norms' (GPT-2's LayerNorm, a Llama's RMSNorm)
     tie_embeddings: bool = True  # the lm_head is the token embedding (GPT-2's always is)
     init: str = "normal"  # "normal": N(0, 0.02), residual projections / sqrt(2 n_layer); "fan_in": levanter's
+    # "sp": the standard parametrization; "mup": the maximal-update parametrization relative to mup_base_width
+    # (equal to sp at that width; the per-layer learning rates are the optimizer's: optim.build_optimizer)
+    parametrization: str = "sp"
+    mup_base_width: int = 0  # mup: the width (n_embd) its hyperparameters were tuned at
+
+    def width_multiplier(self) -> float:
+        """mup's m = n_embd / mup_base_width (1 under sp): hidden init std / sqrt(m), attention's logits and the
+        output logits / m relative to sp, hidden learning rates as the optimizer's rule scales them."""
+        return self.n_embd / self.mup_base_width if self.parametrization == "mup" else 1.0
 
 
 ARCHITECTURE_NAMES = {"gpt2": "GPT-2", "llama": "Llama"}
 ARCHITECTURES = tuple(ARCHITECTURE_NAMES)
 INITS = ("normal", "fan_in")
+PARAMETRIZATIONS = ("sp", "mup")
 
 # Each preset: the architecture and its shape. GPT-2: the MARS paper's four sizes. Llama: Semenov et al.'s
 # (epfml/llm-optimizer-benchmark scripts/{124m,210m,720m}) and Wen et al.'s (marin-community/marin
@@ -74,6 +85,15 @@ def mlp_hidden(config: GPTConfig) -> int:
     if config.architecture != "llama":
         return 4 * config.n_embd
     return config.mlp_ratio * config.n_embd or swiglu_hidden(config.n_embd)
+
+
+def fan_in_multiplier(config: GPTConfig, fan_in: int) -> float:
+    """mup: how many times wider a hidden matrix's input (n_embd, or the MLP's hidden width) is than at the base
+    width (1 under sp). A Llama's SwiGLU width is rounded to 256's, so its c_proj's need not be n_embd's."""
+    if config.parametrization != "mup":
+        return 1.0
+    base = dataclasses.replace(config, n_embd=config.mup_base_width)
+    return fan_in / {config.n_embd: base.n_embd, mlp_hidden(config): mlp_hidden(base)}[fan_in]
 
 
 # Rows of LinearCrossEntropy's chunks: 4096 x 50304 logits are 0.4 GB in bf16, and products that size run as
@@ -184,7 +204,8 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.rotary_config = config if config.architecture == "llama" else None
         head_dim = config.n_embd // config.n_head
-        self.scale = 1.0 / math.sqrt(head_dim)
+        # mup: attention's 1/d (Yang et al., TP V), as sqrt(d_base) / d so that the base width is sp's 1/sqrt(d)
+        self.scale = 1.0 / (math.sqrt(head_dim) * math.sqrt(config.width_multiplier()))
         if config.scale_attn_by_inverse_layer_idx:
             self.scale /= layer_idx + 1
         # QK-clip (optim/muonclip.py) reads each head's largest pre-softmax logit of a step's training forward
@@ -278,9 +299,12 @@ class GPT(nn.Module):
         the same function (another rounding of the head's gradient, its chunks summed in fp32), no logits
         returned. How the loss is computed, not what the model is: not part of the config or checkpoints."""
         super().__init__()
-        if config.architecture not in ARCHITECTURES or config.init not in INITS:
-            raise ValueError(f"architecture {config.architecture!r}, init {config.init!r}: choose from "
-                             f"{ARCHITECTURES} and {INITS}")
+        if (config.architecture not in ARCHITECTURES or config.init not in INITS
+                or config.parametrization not in PARAMETRIZATIONS):
+            raise ValueError(f"architecture {config.architecture!r}, init {config.init!r}, parametrization "
+                             f"{config.parametrization!r}: choose from {ARCHITECTURES}, {INITS} and {PARAMETRIZATIONS}")
+        if config.parametrization == "mup" and config.mup_base_width <= 0:
+            raise ValueError("parametrization 'mup' needs mup_base_width, the width its hyperparameters were tuned at")
         self.config = config
         self.fused_cross_entropy = fused_cross_entropy
         llama = config.architecture == "llama"
@@ -295,7 +319,10 @@ class GPT(nn.Module):
         if config.init == "normal":  # GPT-2's and llm-baselines': residual projections / sqrt(2 n_layer)
             for name, p in self.named_parameters():
                 if name.endswith("c_proj.weight"):
-                    torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+                    std = 0.02 / math.sqrt(2 * config.n_layer * fan_in_multiplier(config, p.size(1)))
+                    torch.nn.init.normal_(p, mean=0.0, std=std)
+        # mup's readout: the logits / m (the tied head keeps the embedding's width-free init; mup's MuSharedReadout)
+        self.output_multiplier = 1.0 / config.width_multiplier()
 
     def tie_weights(self) -> None:
         """The token embedding and the lm_head share one matrix (GPT-2's weight tying), unless the preset unties
@@ -305,18 +332,23 @@ class GPT(nn.Module):
 
     def _init_weights(self, module: nn.Module) -> None:
         """normal: N(0, 0.02) for every matrix and embedding (GPT-2, llm-baselines). fan_in (levanter's, Wen et
-        al.'s runs): each Linear truncated N(0, 1/fan_in) at 3 standard deviations, the embedding at 1/n_embd."""
+        al.'s runs): each Linear truncated N(0, 1/fan_in) at 3 standard deviations, the embedding at 1/n_embd.
+        mup: the hidden matrices' std / sqrt(m) (fan_in's is already), the embedding's and the head's as sp's at the
+        base width (width-free: mup's input and readout weights)."""
+        m, base = self.config.width_multiplier(), self.config.mup_base_width
         if isinstance(module, nn.Linear):
+            head = module is self.lm_head
             if self.config.init == "fan_in":
-                std = module.in_features ** -0.5
+                std = (base if head and m != 1 else module.in_features) ** -0.5
                 torch.nn.init.trunc_normal_(module.weight, std=std, a=-3 * std, b=3 * std)
             else:
-                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                hidden = 1.0 if head else fan_in_multiplier(self.config, module.in_features)
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02 / math.sqrt(hidden))
             if module.bias is not None:
                 torch.nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):  # (tied: the lm_head, initialised after it, draws its value)
             if self.config.init == "fan_in":
-                std = 1 / self.config.n_embd
+                std = 1 / (base if m != 1 else self.config.n_embd)
                 torch.nn.init.trunc_normal_(module.weight, std=std, a=-3 * std, b=3 * std)
             else:
                 torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
@@ -351,6 +383,8 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
+        if self.output_multiplier != 1.0:  # (mup's readout; sp's 1.0 not multiplied in: no extra kernel)
+            x = x * self.output_multiplier
         if targets is None and label_draws is None:
             return self.lm_head(x if all_logits else x[:, [-1], :]), None
         draws = label_draws.reshape(-1) if label_draws is not None else None

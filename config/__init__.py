@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from data.tokenizer import TOKENIZERS
 from huggingface import hf_model_args, hf_source
-from model import PRESETS, GPTConfig
+from model import PARAMETRIZATIONS, PRESETS, GPTConfig
 from errors import InputError
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd")  # a config's values override the preset's; 0 keeps the preset's
@@ -62,6 +62,11 @@ class TrainConfig:
     dropout: float = GPTConfig.dropout
     bias: bool = GPTConfig.bias
     scale_attn_by_inverse_layer_idx: bool = GPTConfig.scale_attn_by_inverse_layer_idx
+    # sp | mup: the maximal-update parametrization (initialisation, attention's 1/d, the output multiplier, the
+    # hidden matrices' learning rates and weight decay by the optimizer's rule; docs/scaling.md), relative to
+    # mup_base_width, the width the hyperparameters were tuned at (where mup equals sp)
+    parametrization: str = GPTConfig.parametrization
+    mup_base_width: int = GPTConfig.mup_base_width
 
     # ---- batch: the GLOBAL batch in tokens; gradient accumulation is derived
     # as total_batch_size / (micro_batch_size * block_size * world_size).
@@ -208,6 +213,7 @@ CHOICES = {  # the allowed values of the loop's keys that name a choice
     "min_lr_groups": ("scaled", "absolute"),
     "dtype": ("auto", "bfloat16", "float16", "float32"),
     "data_parallel": ("ddp", "fsdp"),
+    "parametrization": PARAMETRIZATIONS,
     "compile_mode": ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"),
 }
 
@@ -262,6 +268,12 @@ def _check_values(cfg: TrainConfig) -> None:
         raise ConfigError(f"n_embd={model['n_embd']} is not divisible by n_head={model['n_head']} (model "
                           f"'{cfg.model}' plus overrides): choose n_head dividing n_embd, e.g. "
                           f"{max(h for h in range(1, model['n_head'] + 1) if model['n_embd'] % h == 0)}")
+    if cfg.parametrization == "mup" and cfg.mup_base_width <= 0:
+        raise ConfigError("parametrization='mup' needs mup_base_width: the width (n_embd) the hyperparameters were "
+                          "tuned at, where mup equals sp (e.g. --mup_base_width=96 for the mini's)")
+    if cfg.parametrization == "sp" and cfg.mup_base_width:
+        raise ConfigError(f"mup_base_width={cfg.mup_base_width} is read only with parametrization='mup': set "
+                          "--parametrization=mup, or remove mup_base_width")
     if model["architecture"] == "llama":
         if (model["n_embd"] // model["n_head"]) % 2:
             raise ConfigError(f"model '{cfg.model}' has a head size of n_embd / n_head = {model['n_embd']} / "

@@ -45,16 +45,19 @@ def rung_name(factor: float) -> str:
     return RECIPE if factor == 1 else f"{RECIPE}@{factor:g}x"
 
 
-def stretched(factor: float, extra: list[str] = ()) -> str:
-    """train.py overrides that stretch the mini schedule (steps, warmup, evaluation and log cadence) by factor;
-    extra: the ladder's own config files and overrides, after the recipe's."""
-    cfg = load_config([BASE, *mini_recipes()[RECIPE].args.split(), *extra])
+def stretched(config_args: list[str], factor: float) -> str:
+    """train.py overrides that stretch a run's schedule (steps, warmup, evaluation and log cadence) by factor,
+    from what config_args (the config files and overrides before them) resolve to."""
+    cfg = load_config(config_args)
     steps, every = cfg.max_iters * factor, cfg.eval_interval * factor
     if steps != int(steps) or every != int(every):  # evaluations must fall on the same fractions of each run
         raise ValueError(f"factor {factor:g} does not divide the mini schedule ({cfg.max_iters} steps, an "
                          f"evaluation every {cfg.eval_interval})")
-    return (f"--max_iters={int(steps)} --warmup_iters={round(cfg.warmup_iters * factor)} "
-            f"--eval_interval={int(every)} --log_interval={max(1, round(cfg.log_interval * factor))}")
+    out = (f"--max_iters={int(steps)} --warmup_iters={round(cfg.warmup_iters * factor)} "
+           f"--eval_interval={int(every)} --log_interval={max(1, round(cfg.log_interval * factor))}")
+    if hasattr(cfg.hyperparameters, "sf_warmup_steps"):  # (Schedule-Free AdamW's own warmup, in steps)
+        out += f" --sf_warmup_steps={round(cfg.hyperparameters.sf_warmup_steps * factor)}"
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
         argv = [args.folder, BASE, "--jobs", str(args.jobs), "--seeds", args.seeds]
         recipe = " ".join([mini_recipes()[RECIPE].args, *extra])
         for factor in FACTORS:
-            argv += ["--recipe", f"{rung_name(factor)}={recipe}" + ("" if factor == 1 else f" {stretched(factor, extra)}")]
+            rung = recipe if factor == 1 else f"{recipe} {stretched([BASE, *recipe.split()], factor)}"
+            argv += ["--recipe", f"{rung_name(factor)}={rung}"]
         sweep.main(argv)
     report.main([args.folder, "--out", os.path.join(args.folder, "report")])
 

@@ -38,6 +38,18 @@ once config/mini_<x>.py holds the tuned values, the tuned table is
 
     python -m experiments.budget_ladder out/mini_tune/tuned --jobs 2    # AdamW's ladder; its 1x rung is linked
 
+The edge rule (marin #4923: a tuned value on its grid's edge extends the grid) is step 2's walk: a move to the
+best value tried tries the two beyond it, so a tuned value is never at the edge of what was tried, but at the
+end of a key's finite ladder (LADDERS), which tuning.md shows.
+
+At a new size or budget (the scale points, docs/reproducing.md), --stretch F runs every recipe at F times its
+budget with its schedule stretched (experiments.budget_ladder's rule) and --check makes the search the transfer
+check: from each recipe's tuned point (its config, or config files and overrides given), one round over the
+learning rate (and AdamW's weight decay), the tuned point at seeds 1-3, no sensitivity runs:
+
+    python -m experiments.tune out/scale/tokens4x config/mini.py --stretch 4 --check \
+        --recipes adamw,mars_approx,mars_exact,mars_m,muon --jobs 2
+
 start.json records each recipe's starting point when its tuning begins, and a rerun starts from it: the
 recipes' configs can take the tuned values without changing the path a resumed search takes.
 """
@@ -68,6 +80,7 @@ if TYPE_CHECKING:
 BASE = "config/mini.py"
 ANCHOR = "adamw"  # tuned first; its search's run count caps every other recipe's
 NOISE_SEEDS, SEARCH_SEED, FINAL_SEEDS = (1, 2, 3), 1, (2, 3, 4)
+CHECK_SEEDS = (2, 3)  # --check's tuned point: seeds 1-3, as the scale issue's points are run
 LR_STEP = math.sqrt(2)  # the learning rate's ladder: a factor of 2^(1/2) between neighbours
 RUN_GAP = 60.0  # seconds: metrics rows are seconds apart; a longer gap is a stopped and resumed run
 WARMUPS = (0, 6, 12, 25, 50, 100, 150, 200)  # steps, of the mini run's 256
@@ -146,9 +159,12 @@ class RecipeTuning:
 class Tuner:
     """One tuning folder: runs points (experiments.sweep's folders and launcher) and keeps what each recipe did."""
 
-    def __init__(self, root: str, base: list[str], recipes: dict[str, list[str]], jobs: int, report_only: bool):
+    def __init__(self, root: str, base: list[str], recipes: dict[str, list[str]], jobs: int, report_only: bool,
+                 check: bool = False):
         self.root, self.base, self.recipes, self.jobs = root, base, recipes, jobs
         self.report_only = report_only
+        # --check: the transfer check at a new size or budget: the tuned point at seeds 1-3, no sensitivity runs
+        self.final_seeds, self.sensitivity = (CHECK_SEEDS, False) if check else (FINAL_SEEDS, True)
         self.launcher = sweep.Launcher()
 
     def point(self, tuning: RecipeTuning, values: dict[str, str]) -> sweep.Point:
@@ -214,9 +230,9 @@ class Tuner:
                 break
         tuning.centre = centre
         tuned = self.point(tuning, centre)
-        tuning.final = self.scores([tuned], (SEARCH_SEED, *FINAL_SEEDS))[tuned]
-        link_tuned(self.root, tuning.recipe, tuned)
-        for label, direction in (("0.5x", -1), ("2x", +1)):  # two steps of 2^(1/2) on the learning rate's ladder
+        tuning.final = self.scores([tuned], (SEARCH_SEED, *self.final_seeds))[tuned]
+        link_tuned(self.root, tuning.recipe, tuned, (SEARCH_SEED, *self.final_seeds))
+        for label, direction in (("0.5x", -1), ("2x", +1)) if self.sensitivity else ():  # two steps of 2^(1/2) on the learning rate's ladder
             lr = ladder_ahead("learning_rate", centre["learning_rate"], direction, tuning.start, 2)[-1]
             tuning.sensitivity[label] = self.losses(tuning, centre, "learning_rate", [lr])[lr]
         return tuning
@@ -247,6 +263,11 @@ def default_keys(base: list[str], recipe: str) -> list[str]:
     return ["learning_rate", *decay, *mini.tune]
 
 
+def check_keys(base: list[str], recipe: str) -> list[str]:
+    """--check's keys: the learning rate, and the anchor's weight decay (the scale issue's transfer check)."""
+    return ["learning_rate", "weight_decay"] if recipe == ANCHOR else ["learning_rate"]
+
+
 def recorded_starts(root: str) -> dict[str, dict[str, str]]:
     """start.json's starting points per recipe ({} in a new folder)."""
     path = os.path.join(root, "start.json")
@@ -256,10 +277,10 @@ def recorded_starts(root: str) -> dict[str, dict[str, str]]:
         return json.load(f)
 
 
-def link_tuned(root: str, recipe: str, tuned: sweep.Point) -> None:
-    """<root>/tuned/<recipe>/base/seed<N>: links to the tuned point's seeds 1-4, once all four have finished
+def link_tuned(root: str, recipe: str, tuned: sweep.Point, seeds: tuple[int, ...] = (SEARCH_SEED, *FINAL_SEEDS)
+               ) -> None:
+    """<root>/tuned/<recipe>/base/seed<N>: links to the tuned point's seeds (1-4), once all have finished
     (before that, --report-only's tuned point is only where an unfinished search stands)."""
-    seeds = (SEARCH_SEED, *FINAL_SEEDS)
     settled = all(sweep.finished_run(tuned.seed_folder(root, seed)) for seed in seeds)
     folder = os.path.join(root, "tuned", recipe, "base")
     for seed in seeds:
@@ -355,8 +376,15 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--keys", default="", help="comma-separated keys to tune instead of each recipe's "
                                                    "(learning_rate, weight_decay and its MiniRecipe.tune)")
     parser.add_argument("--jobs", type=at_least(1), default=2, help="runs at a time, one CPU thread each")
-    parser.add_argument("--max-rounds", type=at_least(1), default=4)
+    parser.add_argument("--max-rounds", type=at_least(1), default=4, help="(--check: 1)")
     parser.add_argument("--report-only", action="store_true", help="write tuning.md from the runs there")
+    parser.add_argument("--stretch", type=float, default=1.0,
+                        help="run every recipe at this many times its budget, its schedule stretched (warmup and "
+                             "evaluations at the same fractions of the run; experiments.budget_ladder's rule)")
+    parser.add_argument("--check", action="store_true",
+                        help="the transfer check at a new size or budget: from each recipe's tuned point, one "
+                             "round over the learning rate (and AdamW's weight decay), the tuned point at seeds 1-3, "
+                             "no sensitivity runs")
     args, overrides = parser.parse_known_args(argv)
     signal.signal(signal.SIGTERM, sweep.raise_interrupted)
     try:
@@ -371,6 +399,7 @@ def main(argv: list[str] | None = None) -> str:
 
 
 def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
+    from experiments.budget_ladder import stretched
     from experiments.recipes import mini_recipes
 
     recipes = mini_recipes()
@@ -382,17 +411,20 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
     for arg in base:
         if arg.startswith("--"):
             sweep.check_not_per_run(arg[2:].partition("=")[0], arg)
-    tunings, starts = [], recorded_starts(args.folder)
+    tunings, starts, recipe_args_of = [], recorded_starts(args.folder), {}
     for name in names:
-        keys = [k for k in args.keys.split(",") if k] or default_keys(base, name)
+        keys = [k for k in args.keys.split(",") if k] or (check_keys(base, name) if args.check else
+                                                          default_keys(base, name))
         missing = [k for k in keys if k != "learning_rate" and k not in LADDERS]
         if missing:
             raise InputError(f"--keys: experiments.tune has no ladder of values for {missing[0]!r}; it tunes "
                              f"learning_rate, {', '.join(LADDERS)}")
         recipe_args = recipes[name].args.split()
         try:
+            if args.stretch != 1:
+                recipe_args += stretched([*base, *recipe_args], args.stretch).split()
             start = start_values(base, recipe_args, keys)
-        except InputError as e:
+        except (InputError, ValueError) as e:
             raise InputError(f"recipe {name}: {e}") from None
         if name not in starts and os.path.isdir(os.path.join(args.folder, name)):
             raise InputError(f"{os.path.join(args.folder, name)} holds runs, but {args.folder}/start.json has no "
@@ -403,14 +435,14 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
         sweep.check_points(args.folder, reachable_first(name, keys, start), SEARCH_SEED, base,
                            {name: recipe_args}, f"recipe {name}")
         tunings.append(RecipeTuning(name, keys, start))
+        recipe_args_of[name] = recipe_args
     os.makedirs(args.folder, exist_ok=True)
     with open(os.path.join(args.folder, "start.json"), "w") as f:
         json.dump(starts, f, indent=1)
-    tuner = Tuner(args.folder, base, {t.recipe: recipes[t.recipe].args.split() for t in tunings}, args.jobs,
-                  args.report_only)
+    tuner = Tuner(args.folder, base, recipe_args_of, args.jobs, args.report_only, args.check)
     budget, noise_cap, done = None, None, []
     for tuning in tunings:  # (AdamW first: its run count and noise bound every other recipe's)
-        done.append(tuner.tune(tuning, budget, args.max_rounds, noise_cap))
+        done.append(tuner.tune(tuning, budget, 1 if args.check else args.max_rounds, noise_cap))
         budget = budget if budget is not None else len(tuning.search_runs)
         if noise_cap is None and len(tuning.start_losses) > 1:  # (a noise needs two seeds)
             noise_cap = tuning.noise

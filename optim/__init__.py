@@ -26,6 +26,7 @@ from optim.adamw import AdamWHyperparameters, build_adamw
 from optim.adopt import ADOPTHyperparameters, build_adopt
 from optim.cautious_adamw import CautiousAdamWHyperparameters, build_cautious_adamw
 from optim.contract import Builder, Hyperparameters, Loop
+from optim.routing import HIDDEN, parameter_kinds
 from optim.dion import DionHyperparameters, build_dion
 from optim.kron import KronHyperparameters, build_kron
 from optim.lion import LionHyperparameters, build_lion
@@ -102,13 +103,36 @@ def help_text(argv: list[str]) -> str:
 
 
 def build_optimizer(model: nn.Module, cfg: config.TrainConfig, device_type: str) -> torch.optim.Optimizer:
-    """The optimizer named by cfg.optimizer, each param group's base_lr set to its initial lr."""
+    """The optimizer named by cfg.optimizer, each param group's base_lr set to its initial lr (under mup, the
+    hidden matrices' scaled by mup_scale_hidden_groups)."""
     loop = Loop(learning_rate=cfg.learning_rate, compiled=cfg.compile, device_type=device_type,
                 total_iters=cfg.total_iters(), tokens_per_step=cfg.total_batch_size)
     optimizer = OPTIMIZERS[cfg.optimizer].build(model, cfg.hyperparameters, loop)
+    if cfg.parametrization == "mup":
+        mup_scale_hidden_groups(model, optimizer, cfg.hyperparameters.mup_hidden_rule)
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]
     return optimizer
+
+
+def mup_scale_hidden_groups(model: nn.Module, optimizer: torch.optim.Optimizer, rule: str) -> None:
+    """mup's per-layer rule on the groups of hidden matrices (routed_params makes them groups of their own), with
+    m = n_embd / mup_base_width: the learning rate / m under the "adam" rule, unchanged under "spectral"
+    (Hyperparameters.mup_hidden_rule); under both, the per-step decay lr x weight_decay goes as 1 / m (Qiu et al.,
+    arXiv 2512.05620: weight decay scaled as 1 / width). The embeddings, the head and the 1-D parameters keep
+    theirs (mup's input and output weights and vectors)."""
+    m = model.config.width_multiplier()
+    hidden = {id(p) for kind in HIDDEN for p in parameter_kinds(model).get(kind, [])}
+    for group in optimizer.param_groups:
+        ids = {id(p) for p in group["params"]}
+        if ids and ids <= hidden:
+            if rule == "adam":
+                group["lr"] /= m
+            elif "weight_decay" in group:
+                group["weight_decay"] /= m
+        elif ids & hidden:  # (a builder that groups without routed_params)
+            raise ValueError(f"a param group mixes hidden matrices with other parameters: mup cannot scale its "
+                             f"learning rate; build the groups with optim.routing.routed_params")
 
 
 def hyperparameters_of(cfg: dict) -> Hyperparameters:

@@ -41,6 +41,7 @@ import math
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -58,6 +59,7 @@ RADII = ("initial", "current")
 
 @dataclass
 class AdamHHyperparameters(Hyperparameters):
+    mup_hidden_rule: ClassVar[str] = "spectral"  # (contract.Hyperparameters)
     beta1: float = beta(0.9)  # AdamH's betas and eps (marin's Adam shares them; here the Adam side's are adam_*)
     beta2: float = beta(0.95)
     eps: float = setting(1e-8, 0.0)

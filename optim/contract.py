@@ -60,6 +60,12 @@ class Hyperparameters:
     """The settings an optimizer reads from the config, besides the loop's learning_rate and compile."""
 
     state_keys: ClassVar[tuple[str, ...]] = ()  # the settings that shape the optimizer state: refused on resume
+    # How mup scales the hidden matrices' learning rate with the width multiplier m (optim.build_optimizer):
+    # "adam": lr / m, Tensor Programs V's rule for Adam, for every update whose element size is width-free (Adam's,
+    # and the orthogonalised updates rescaled to AdamW's RMS: Moonlight, MARS-M, AdaMuon); "spectral": lr unchanged,
+    # for an update whose spectral norm already scales as sqrt(fan_out / fan_in) (Muon's, Dion's, Scion's) or
+    # that is relative to the weight's norm (the hyperball optimizers): Yang, Simon & Bernstein (arXiv 2310.17813).
+    mup_hidden_rule: ClassVar[str] = "adam"
 
     def __post_init__(self) -> None:
         check_types(self)

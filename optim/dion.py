@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -63,6 +64,7 @@ Q_SEED = 0  # Q's generator is seeded with this plus the parameter's position in
 
 @dataclass
 class DionHyperparameters(Hyperparameters):
+    mup_hidden_rule: ClassVar[str] = "spectral"  # (contract.Hyperparameters)
     # The authors' GPT recipe (configs/dion_160m.yaml): lr 0.02, mu 0.95, weight decay 0.01, rank fraction 0.5,
     # AdamW (betas 0.95/0.98) on the embeddings and the head
     weight_decay: float = setting(0.01, 0.0)  # the matrices' (the scalar optimizer's parameters: none)

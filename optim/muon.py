@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -41,6 +42,7 @@ MUON_ADAMW_VARIANTS = {"torch": "torch", "official": "official-mars", "keller": 
 
 @dataclass
 class MuonHyperparameters(SideAdamW):
+    mup_hidden_rule: ClassVar[str] = "spectral"  # (contract.Hyperparameters)
     weight_decay: float = setting(0.1, 0.0)
     eps: float = setting(1e-8, 0.0)  # the AdamW side's
     muon_momentum: float = beta(0.95)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -49,6 +50,7 @@ NORMUON_EPS = 1e-10  # the authors' (not a setting): in the row normalisation an
 
 @dataclass
 class NorMuonHyperparameters(SideAdamW, NewtonSchulzSettings):  # (ns_steps, ns_coefficients)
+    mup_hidden_rule: ClassVar[str] = "spectral"  # (contract.Hyperparameters)
     weight_decay: float = setting(0.1, 0.0)  # NorMuon's (the AdamW side's is weight_decay_1d)
     muon_momentum: float = beta(0.95)
     muon_nesterov: bool = True

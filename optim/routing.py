@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 
 KINDS = ("attention", "mlp", "embeddings", "1d")
+HIDDEN = ("attention", "mlp")  # mup's hidden matrices (their learning rates scale with width: optim.build_optimizer)
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,20 @@ def routed_params(model: nn.Module, table: dict[str, Route], key: Callable[[Rout
                   ) -> list[tuple[Route, list[nn.Parameter]]]:
     """The parameters of each distinct key(route) (by default the route itself), in the order the
     routes first appear in KINDS' order, with the first route of each and its parameters in the model's
-    order: a builder's param groups, one per entry."""
+    order: a builder's param groups, one per entry. Under mup the hidden matrices are always a group of their
+    own, whose learning rate build_optimizer scales."""
     kind_of = {id(p): kind for kind, params in parameter_kinds(model).items() for p in params}
+    mup = getattr(getattr(model, "config", None), "parametrization", "sp") == "mup"
+
+    def group_key(kind: str) -> Hashable:
+        return (key(table[kind]), kind in HIDDEN) if mup else key(table[kind])
+
     routed: dict[Hashable, tuple[Route, list[nn.Parameter]]] = {}
     for kind in KINDS:
-        routed.setdefault(key(table[kind]), (table[kind], []))
+        routed.setdefault(group_key(kind), (table[kind], []))
     for p in model.parameters():
         if id(p) in kind_of:
-            routed[key(table[kind_of[id(p)]])][1].append(p)
+            routed[group_key(kind_of[id(p)])][1].append(p)
     return [(route, params) for route, params in routed.values() if params]
 
 

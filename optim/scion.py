@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
@@ -50,6 +50,7 @@ NS5_EPS = 1e-7  # the authors' zeropower_via_newtonschulz5
 
 @dataclass
 class ScionHyperparameters(NewtonSchulzSettings):  # (ns_steps, ns_coefficients)
+    mup_hidden_rule: ClassVar[str] = "spectral"  # (contract.Hyperparameters)
     scion_momentum: float = setting(0.1, 0.0, 1.0, low_open=True)  # the weight of the new gradient (1: none kept)
     scion_hidden_scale: float = positive(50.0)  # the radius of the blocks' matrices and of 1-D parameters
     scion_input_scale: float = positive(1.0)  # the first layer's (position table; an untied token embedding)

@@ -415,13 +415,13 @@ def test_the_budget_ladder_stretches_adamws_schedule_to_each_budget():
     base = load_config(recipe)
     assert budget_ladder.rung_name(1) == "adamw" and budget_ladder.rung_name(0.25) == "adamw@0.25x"
     for factor in budget_ladder.FACTORS:
-        cfg = load_config([*recipe, *budget_ladder.stretched(factor).split()])
+        cfg = load_config([*recipe, *budget_ladder.stretched(recipe, factor).split()])
         assert cfg.max_iters * cfg.total_batch_size == factor * base.max_iters * base.total_batch_size
         assert cfg.eval_interval / cfg.max_iters == base.eval_interval / base.max_iters
         assert cfg.warmup_iters / cfg.max_iters == pytest.approx(base.warmup_iters / base.max_iters, abs=0.01)
         assert cfg.learning_rate == base.learning_rate and cfg.total_batch_size == base.total_batch_size
     with pytest.raises(ValueError, match="does not divide the mini schedule"):
-        budget_ladder.stretched(0.3)
+        budget_ladder.stretched(recipe, 0.3)
 
 
 def test_the_budget_ladders_own_arguments_win_over_the_recipe(monkeypatch):
