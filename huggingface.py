@@ -440,6 +440,7 @@ def check_hf_tokenizer(source: str, tokenizer: str) -> None:
 def load_hf_weights(model: GPT, source: str, tokenizer: str) -> str:
     """Copy the weights of the Hugging Face checkpoint `source` (a folder or a hub name, through transformers'
     from_pretrained) into model, built from hf_model_args; returns a line saying what was loaded."""
+    from safetensors import SafetensorError  # (a cut or garbled model.safetensors: a plain Exception's subclass)
     from transformers import GPT2LMHeadModel, LlamaForCausalLM
     from transformers.utils import logging as transformers_logging
 
@@ -448,7 +449,7 @@ def load_hf_weights(model: GPT, source: str, tokenizer: str) -> str:
     cls = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM}[model.config.architecture]
     try:
         hf_model = cls.from_pretrained(os.path.expanduser(source))
-    except (OSError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:
         raise HuggingFaceError(f"--init_from=hf:{source}: transformers cannot load its weights as a {cls.__name__}: "
                                f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}; give a "
                                "folder with config.json and model.safetensors or pytorch_model.bin") from None

@@ -37,7 +37,7 @@ from checkpoint import (
     CheckpointError, FileCheckpoints, RunState, ShardedCheckpoints, check_resumable, has_checkpoint, load_checkpoint,
     load_latest, restore_training_state, run_meta,
 )
-from config import HELP_FLAGS, PRINT_CONFIG_FLAG, ConfigError, TrainConfig
+from config import HELP_FLAGS, PRINT_CONFIG_FLAG, ConfigError, TrainConfig, recorded_config
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
 from data.prepare import PrepareError, check_complete
 from data.shards import ShardError
@@ -495,7 +495,11 @@ def main(argv: list[str]) -> None:
         if any(arg in HELP_FLAGS for arg in argv):
             print(help_text(argv))
             sys.exit(0)
-        cfg = load_config([arg for arg in argv if arg != PRINT_CONFIG_FLAG])
+        arguments = [arg for arg in argv if arg != PRINT_CONFIG_FLAG]
+        run_config = recorded_config(arguments)  # --init_from=resume --out_dir=X alone: X's own config
+        cfg = load_config(arguments, run_config)
+        if run_config is not None and os.environ.get("RANK", "0") == "0":
+            print(f"resuming {cfg.out_dir} with its own config (config.json) and the overrides on the line")
         if PRINT_CONFIG_FLAG in argv:  # the config as config.json would record it; nothing started
             print(json.dumps(cfg.to_dict(), indent=2))
             sys.exit(0)

@@ -40,6 +40,7 @@ import ctypes
 import dataclasses
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -370,16 +371,19 @@ def main() -> None:
     bench.print_header()
     print(f"{n_params / 1e6:.1f}M parameters in {len(params)} tensors, {device}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}")
-    for name in names:  # warm-up: state allocation, compilation
+    for i, name in enumerate(names, start=1):  # warm-up: state allocation, compilation (most of a run's time)
+        print(f"\rwarming up (compiling) {i}/{len(names)}: {name:<24}", end="", file=sys.stderr, flush=True)
         for step in range(2):
             timed_step(name, step)
     times: dict[str, list[float]] = {name: [] for name in names}
     peaks: dict[str, int] = {name: 0 for name in names}
     for repeat in range(args.repeats):
+        print(f"\rtiming: repeat {repeat + 1}/{args.repeats}{'':<30}", end="", file=sys.stderr, flush=True)
         for name in names:
             seconds, peak = timed_step(name, repeat)
             times[name].append(seconds)
             peaks[name] = max(peaks[name], peak)
+    print(file=sys.stderr)
 
     reference = statistics.median(times["adamw-fused"]) if "adamw-fused" in times else None
     model_bytes = n_params * params[0].element_size()

@@ -23,6 +23,7 @@ import torch
 
 import bench
 from config import TrainConfig
+from errors import exit_on_input_error
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config
 from optim.routing import parameter_kinds
@@ -71,14 +72,19 @@ def median_step_ms(argv: list[str], reuse_memory: bool, diagnose: bool = False, 
     return statistics.median(times[3:])  # the first steps warm up allocators and kernels
 
 
-if __name__ == "__main__":
-    argv = [a for a in sys.argv[1:] if a != "--no-reuse"]
-    if "--no-reuse" in sys.argv:  # the baseline, in its own process so no mallopt has run
-        print(median_step_ms(argv, reuse_memory=False))
-        sys.exit()
-    bench.print_header()
-    cfg = load_config(argv)
-    ms = median_step_ms(argv, reuse_memory=True)
+def main(argv: list[str]) -> None:
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(__doc__.strip() + "\n\nArguments: train.py's (config files, then --key=value overrides); "
+              "python train.py --help lists them.")
+        return
+    with exit_on_input_error():
+        argv = [a for a in argv if a != "--no-reuse"]
+        cfg = load_config(argv)  # (a mistyped key or a bad value: named here, before anything runs)
+        if "--no-reuse" in sys.argv:  # the baseline, in its own process so no mallopt has run
+            print(median_step_ms(argv, reuse_memory=False))
+            return
+        bench.print_header()
+        ms = median_step_ms(argv, reuse_memory=True)
     print(f"{ms:.0f} ms per step of {cfg.micro_batch_size} x {cfg.block_size} tokens, "
           f"{cfg.micro_batch_size * cfg.block_size / ms * 1000:,.0f} tokens/s ({cfg.optimizer})")
     diagnosed = median_step_ms(argv, reuse_memory=True, diagnose=True)
@@ -88,3 +94,7 @@ if __name__ == "__main__":
         baseline = float(subprocess.run([sys.executable, "-m", "bench.train_step", *argv, "--no-reuse"],
                                         capture_output=True, text=True, check=True).stdout.split()[-1])
         print(f"without malloc reuse: {baseline:.0f} ms per step; speed-up {baseline / ms:.2f}x")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -42,6 +42,9 @@ def load_model(path: str, device: str | torch.device = "cpu") -> tuple[GPT, str]
     are verified. path may be a run's out_dir (its newest checkpoint that verifies) or a folder of runs
     (its newest run: run_in)."""
     path = run_in(path) if holds_runs(path) else path
+    if is_run_folder(path) and (runs := runs_in(path)):  # (an older quickstart's out/quickstart, say)
+        raise CheckpointError(f"{path} is a run's folder and also holds runs ({listing(runs)}): point at the one to "
+                              f"use, {path}/{LATEST} or e.g. {os.path.join(path, runs[-1])}")
     if is_run_folder(path):  # what a user pointing at a run means: its newest checkpoint that verifies
         newest, ckpt = load_latest(path, log=_to_stderr, only="model/")
         _to_stderr(f"{path} is a run's folder: using its newest verified checkpoint, {newest}")
@@ -66,11 +69,16 @@ def holds_runs(path: str) -> bool:
     return os.path.isdir(path) and not is_run_folder(path) and not is_sharded_checkpoint(path)
 
 
+def runs_in(folder: str) -> list[str]:
+    """The names of the runs (out_dirs with a checkpoint) directly inside folder, sorted."""
+    return sorted(name for name in os.listdir(folder) if is_run_folder(os.path.join(folder, name)))
+
+
 def run_in(folder: str) -> str:
     """The run a folder of runs stands for: its only run, or its newest where their names are dates (the
     quickstart's out/quickstart/<YYYYmmdd-HHMMSS>), named on stderr; else a CheckpointError that names the
     runs to choose from, or says that there is none."""
-    runs = sorted(name for name in os.listdir(folder) if is_run_folder(os.path.join(folder, name)))
+    runs = runs_in(folder)
     if not runs:
         unsaved = sorted(name for name in os.listdir(folder)
                          if os.path.isfile(os.path.join(folder, name, "config.json")))  # (runs write it first)

@@ -100,10 +100,12 @@ def verify_records(ckpt: dict, prefix: str = "") -> str | None:
 
 
 def _short_write(e: BaseException) -> OSError | None:
-    """The full disk behind torch's zip writer's "unexpected pos" RuntimeError (the file took fewer bytes
-    than were written), for when the OSError that caused it is not at hand."""
+    """The failed write behind torch's zip writer's "unexpected pos" RuntimeError (the file took fewer bytes
+    than were written), for when the OSError that caused it is not at hand: a full disk, a quota or a file-size
+    limit, which it cannot tell apart."""
     if isinstance(e, RuntimeError) and "unexpected pos" in str(e):
-        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return OSError(errno.ENOSPC, "the file took fewer bytes than were written: a full disk, a quota or a "
+                                     "file-size limit")
     return None
 
 

@@ -156,14 +156,17 @@ def _dcp_failure(e: BaseException) -> str:
     first rank's OSError, else ': <its first line>'. DCP raises a CheckpointException (a BaseException)
     that carries each failed rank's exception. A write that failed inside torch's zip writer is a
     RuntimeError ("unexpected pos ...") with the file's OSError down its chain; another rank's exception
-    reaches this rank pickled, which drops the chain, so the RuntimeError alone is named as a full disk too."""
+    reaches this rank pickled, which drops the chain, so the RuntimeError alone is named as a short write
+    (a full disk, a quota or a file-size limit) when no rank's own OSError is at hand."""
     causes = [cause for cause, _ in e.failures.values()] if isinstance(e, CheckpointException) else [e]
-    for cause in causes:
+    for cause in causes:  # a rank's own OSError first (a file-size limit is not a full disk) ...
         link = cause
         while link is not None and not isinstance(link, OSError):
             link = link.__cause__ or link.__context__
-        error = link or _short_write(cause)
-        if error is not None:
+        if link is not None:
+            return " " + write_failure(link)
+    for cause in causes:  # ... then another rank's short write, whose cause did not travel
+        if (error := _short_write(cause)) is not None:
             return " " + write_failure(error)
     return ": " + _first_line(causes[0])
 

@@ -12,7 +12,8 @@ those files (paths relative to it, in order) before its own assignments; the pap
 configs are composed so, a model size and an optimizer recipe.
 
 `python train.py config/x.py --key=value ...` applies the file, then the
-overrides. Unknown keys, values of the wrong type and keys the chosen optimizer
+overrides: arguments apply in order, and an override that a later config file
+would set again is refused (put overrides last). Unknown keys, values of the wrong type and keys the chosen optimizer
 does not read stop the run before any work, naming the key and the fix.
 """
 
@@ -20,6 +21,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import json
 import math
 import os
 import re
@@ -33,6 +35,7 @@ from model import PARAMETRIZATIONS, PRESETS, GPTConfig
 from errors import InputError
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd")  # a config's values override the preset's; 0 keeps the preset's
+GPT2_ONLY = ("bias", "scale_attn_by_inverse_layer_idx")  # a Llama has neither (model_args)
 
 
 @dataclass
@@ -52,7 +55,8 @@ class TrainConfig:
 
     # ---- model: the fields of model.GPTConfig (defaults from there); `model` names one of model.PRESETS (its
     # architecture, GPT-2 or Llama, and its shape), and n_layer/n_head/n_embd override it. bias and
-    # scale_attn_by_inverse_layer_idx are GPT-2's: a Llama preset has neither, whatever they say
+    # scale_attn_by_inverse_layer_idx are GPT-2's: a Llama has neither (a config file's are dropped; an override
+    # asking for either is refused)
     model: str = "small"
     n_layer: int = 0  # 0: from the preset
     n_head: int = 0
@@ -91,7 +95,7 @@ class TrainConfig:
     # the optimizer's settings (load_config fills it from the keys above and the optimizer's own): not a key
     hyperparameters: typing.Any = dataclasses.field(default=None, metadata={"settable": False})
 
-    # ---- learning-rate schedule: cosine | constant | wsd (warmup-stable-decay)
+    # ---- learning-rate schedule: cosine | constant | wsd (warmup-stable-decay) | onecycle (optim/schedule.py)
     lr_schedule: str = "cosine"
     warmup_iters: int = 2000
     lr_decay_iters: int = 0  # cosine: decays until here (0: max_iters)
@@ -164,7 +168,7 @@ class TrainConfig:
         args |= {key: getattr(self, key) for key in args if hasattr(self, key) and key not in SHAPE_KEYS}
         args |= {key: getattr(self, key) for key in SHAPE_KEYS if getattr(self, key)}
         if args["architecture"] == "llama":  # GPT-2's settings: a Llama has no biases and its attention's usual scale
-            args |= dict(bias=False, scale_attn_by_inverse_layer_idx=False)
+            args |= dict.fromkeys(GPT2_ONLY, False)
         return args
 
     def data_path(self) -> str:
@@ -230,8 +234,10 @@ def check_types(settings: typing.Any) -> None:
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             ok = True  # an int where a float is expected is fine (lr = 1 means 1.0)
         if not ok:
+            hint = (f"; write {value.strip().capitalize()} (Python's spelling)"
+                    if expected is bool and isinstance(value, str) and value.strip().lower() in ("true", "false") else "")
             raise ConfigError(
-                f"config key '{f.name}' must be {expected.__name__}, got {value!r} ({type(value).__name__})"
+                f"config key '{f.name}' must be {expected.__name__}, got {value!r} ({type(value).__name__}){hint}"
             )
         if expected is float and isinstance(value, int):
             setattr(settings, f.name, float(value))
@@ -436,7 +442,8 @@ def help_text(argv: list[str], hyperparameters: typing.Mapping[str, type]) -> st
     optimizer = values.get("optimizer")
     lines = ["usage: python train.py [CONFIG_FILE.py ...] [--key=value ...] [--print_config]   (torchrun ... "
              "train.py ... for DDP/FSDP)", "",
-             "Config files apply in order, then the overrides; --print_config prints the resolved config (as the "
+             "Config files and overrides apply in order (an override before a config file that sets its key again is "
+             "refused: put overrides last); --print_config prints the resolved config (as the "
              "run's config.json records it) and exits without starting the run."]
     lines += ["The loop's keys (" + ("this command line's value [where from; the default] or the default"
                                      if values else "default") + ", type, what it is):"]
@@ -456,17 +463,45 @@ def help_text(argv: list[str], hyperparameters: typing.Mapping[str, type]) -> st
     return "\n".join(lines)
 
 
+def recorded_config(argv: list[str]) -> dict[str, typing.Any] | None:
+    """`--init_from=resume --out_dir=X` with no config file on the line: the run's own config, as X/config.json
+    records it, for load_config's base (the overrides on the line then change it); None for any other line, or a
+    folder with no config.json (whose resume then says there is no run to resume)."""
+    if any(not arg.startswith("-") for arg in argv):
+        return None
+    overrides = dict(_parse_override(arg) for arg in argv if arg.startswith("--") and "=" in arg)
+    if overrides.get("init_from") != "resume" or "out_dir" not in overrides:
+        return None
+    path = os.path.join(str(overrides["out_dir"]), "config.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            recorded = json.load(f)["config"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"cannot read the run's config from {path} ({type(e).__name__}: {e}); give the run's "
+                          "config files on the command line, as it was started") from None
+    return {key: value for key, value in recorded.items() if key != "init_from"}
+
+
 def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], base: dict[str, typing.Any] | None = None
                 ) -> TrainConfig:
     """Build the config from [config_file.py] [--key=value ...]; base values come first. hyperparameters:
     each optimizer's settings class (the registry's, optim.HYPERPARAMETERS), which validates its keys."""
     values: dict[str, typing.Any] = dict(base or {})
+    overridden: dict[str, str] = {}  # key -> the override that set it
     for arg in argv:
         if arg.startswith("--"):
             key, value = _parse_override(arg)
-            values[key] = value
+            values[key], overridden[key] = value, arg
         else:
-            values.update(read_config_file(arg))
+            from_file = read_config_file(arg)
+            undone = [key for key in from_file if key in overridden]
+            if undone:  # (arguments apply in order: the file's value would win, silently)
+                raise ConfigError(f"{' '.join(overridden[key] for key in undone)} comes before {arg}, which sets "
+                                  f"{', '.join(undone)} again and would undo it: put the overrides after the config "
+                                  "files")
+            values.update(from_file)
     optimizer = values.get("optimizer", TrainConfig.optimizer)
     if not isinstance(optimizer, str) or optimizer not in hyperparameters:
         raise ConfigError(f"config key 'optimizer' is {optimizer!r}; choose one of {', '.join(hyperparameters)}")
@@ -483,4 +518,9 @@ def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], bas
         every_key = sorted(loop_keys | {f.name for schema in hyperparameters.values() for f in dataclasses.fields(schema)})
         raise ConfigError(f"unknown config key '{key}'{_suggest(key, every_key)}")
     settings = hyperparameters[optimizer](**{k: v for k, v in values.items() if k in own_keys})
-    return TrainConfig(**{k: v for k, v in values.items() if k in loop_keys}, hyperparameters=settings)
+    cfg = TrainConfig(**{k: v for k, v in values.items() if k in loop_keys}, hyperparameters=settings)
+    dropped = [overridden[key] for key in GPT2_ONLY if key in overridden and values[key]]
+    if dropped and cfg.model_args()["architecture"] == "llama":  # (a config file's are dropped, as documented)
+        raise ConfigError(f"{', '.join(dropped)}: model '{cfg.model}' is a Llama, which has no biases and its "
+                          "attention's usual scale; remove the override, or choose a GPT-2 model")
+    return cfg

@@ -1,5 +1,5 @@
 # A small GPT on the standard-library corpus (python -m data.quickstart), on CPU in a few minutes.
-out_dir = "out/quickstart"
+out_dir = "out/quickstart/direct"  # (scripts/quickstart.sh: a dated run beside it, out/quickstart/<date>)
 dataset = "stdlib"
 device = "cpu"
 n_layer = 4

@@ -141,6 +141,13 @@ def check_out_dir(out_dir: str) -> None:
                          "give a new or empty folder so that nothing in it is overwritten")
 
 
+def current_umask() -> int:
+    """The process's file-creation mask (read by setting it, then set back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def export(checkpoint: str, out_dir: str) -> str:
     """Write the Hugging Face folder for checkpoint into out_dir; the Hugging Face architecture written."""
     check_out_dir(out_dir)
@@ -151,7 +158,9 @@ def export(checkpoint: str, out_dir: str) -> str:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
-        save_file(hf_state_dict(model), os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+        weights = os.path.join(out_dir, "model.safetensors")
+        save_file(hf_state_dict(model), weights, metadata={"format": "pt"})
+        os.chmod(weights, 0o666 & ~current_umask())  # (safetensors creates it 0600: readable as the folder's other files)
         write_tokenizer(out_dir, model.config.block_size)
     except OSError as e:
         raise InputError(f"cannot write the export to {out_dir} ({e.strerror or e}); give a writable --out") from e

@@ -34,6 +34,7 @@ if not __package__:  # run as a file: the repository's modules (errors, optim, .
 
 import glob
 import json
+import math
 import os
 import sys
 
@@ -104,6 +105,8 @@ def parse_losses(argv: list[str]) -> dict[str, float]:
             losses[name] = float(value)
         except ValueError:
             raise InputError(f"'{item}' is not NAME=LOSS (e.g. AdamW=2.387)") from None
+        if not math.isfinite(losses[name]):  # (a NaN ranks nowhere: tau would be nan, the orders arbitrary)
+            raise InputError(f"'{item}': a loss must be a finite number; leave out an optimizer whose run diverged")
     return losses
 
 

@@ -79,6 +79,7 @@ class Run:
     row: str = ""  # the table's row: the optimizer, and its learning rate in a sweep (see name_rows)
     protocol: str = ""  # how the budget was reached, for the column name (see paper_budget_views)
     past_budget: bool = False  # a paper-budget view whose run trained past the budget
+    origin: str = ""  # where its weights started: "" from scratch, else e.g. "from hf:gpt2" (init_from)
 
     @property
     def last_step(self) -> int:
@@ -112,13 +113,14 @@ def read_json(path: str):
 
 def read_rows(path: str) -> list[dict]:
     """metrics.jsonl rows; a step logged twice (a preempted run redoing the steps after its last
-    checkpoint) keeps its last row. A line cut short by a crash is skipped."""
+    checkpoint) keeps its last row. A line cut short by a crash is skipped, and said on stderr."""
     rows: dict[tuple[str, int], dict] = {}
     with open(path) as f:
         for number, line in enumerate(f, start=1):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
+                print(f"{path}, line {number}: cut short (a crash while it was written): skipped", file=sys.stderr)
                 continue
             if not isinstance(row, dict) or not isinstance(row.get("step"), int):
                 raise InputError(f"{path}, line {number}: not a train.py metrics row (no step); leave that run out")
@@ -178,21 +180,32 @@ def run_of(folder: str, info: dict, rows: list[dict]) -> Run | None:
             raise InputError(f"{results_file} is not eval/harness.py's results; evaluate again or delete it")
     optimizer = display_name(cfg)
     protocol = "own schedule over the budget" if cfg["max_tokens"] else ""
+    origin = f"from {cfg['init_from']}" if cfg["init_from"].startswith("hf:") else ""
     return Run(path=folder, optimizer=optimizer, model=model, num_params=info["num_params"],
                dataset=os.path.basename(os.path.normpath(cfg["data_dir"])) if cfg["data_dir"] else cfg["dataset"],
                budget=info["total_iters"] * cfg["total_batch_size"], total_iters=info["total_iters"],
                seed=cfg["seed"], learning_rate=cfg["learning_rate"], val=val, downstream=downstream, row=optimizer,
                protocol=protocol, passes_per_step=gradients_per_step(cfg),
-               tokens_per_step=cfg["total_batch_size"],
+               tokens_per_step=cfg["total_batch_size"], origin=origin,
                train_rows=[r for r in rows if r["type"] == "train"])
 
 
 def find_runs(paths: list[str]) -> list[Run]:
+    """Every run under paths; a folder left out (a run that has not evaluated yet, or has no config.json or
+    metrics.jsonl) is named on stderr."""
     folders = []
     for path in paths:
-        found = glob.glob(os.path.join(path, "**", "metrics.jsonl"), recursive=True)
-        folders += [os.path.dirname(f) for f in sorted(found)]
-    runs = [load_run(f) for f in dict.fromkeys(folders) if os.path.exists(os.path.join(f, "config.json"))]
+        found = {os.path.dirname(f) for name in ("metrics.jsonl", "config.json")
+                 for f in glob.glob(os.path.join(path, "**", name), recursive=True)}
+        folders += sorted(found)
+    runs = []
+    for folder in dict.fromkeys(folders):
+        missing = [name for name in ("config.json", "metrics.jsonl") if not os.path.exists(os.path.join(folder, name))]
+        run = None if missing else load_run(folder)
+        if run is None:
+            why = f"no {' and no '.join(missing)}" if missing else "no evaluation yet"
+            print(f"left out {folder}: {why}", file=sys.stderr)
+        runs.append(run)
     runs = [view for r in runs if r is not None for view in paper_budget_views(r)]
     name_rows(runs)
     return runs
@@ -241,13 +254,16 @@ def row_order(runs: list[Run]) -> list[str]:
 
 
 def group_by_setting(runs: list[Run]) -> dict[str, list[Run]]:
-    """Runs per column of the table (model size x token budget, and the dataset when they differ),
-    columns ordered by model size, then budget."""
+    """Runs per column of the table (model size x token budget, and the dataset when they differ, and where the
+    weights started: a run from a Hugging Face checkpoint is never a cell beside runs from scratch), columns
+    ordered by model size, then budget."""
     with_dataset = len({r.dataset for r in runs}) > 1
     columns: dict[str, list[Run]] = {}
-    for run in sorted(runs, key=lambda r: (r.dataset if with_dataset else "", r.num_params, r.budget)):
+    for run in sorted(runs, key=lambda r: (r.dataset if with_dataset else "", r.origin, r.num_params, r.budget)):
         protocol = f", {run.protocol}" if run.protocol else ""
-        name = f"{run.model}{' ' + run.dataset if with_dataset else ''} ({format_tokens(run.budget)} tokens{protocol})"
+        origin = f" {run.origin}" if run.origin else ""
+        name = (f"{run.model}{' ' + run.dataset if with_dataset else ''}{origin} ({format_tokens(run.budget)} "
+                f"tokens{protocol})")
         columns.setdefault(name, []).append(run)
     return columns
 
@@ -684,13 +700,16 @@ def own_schedule(run: Run) -> bool:
 
 
 def speedup_settings(runs: list[Run]) -> dict[str, list[Run]]:
-    """Runs that can be priced in AdamW's tokens, per setting (model, dataset, tokens per step: AdamW's
-    ladder is one per setting): complete, each at the end of its own schedule."""
+    """Runs that can be priced in AdamW's tokens, per setting (model, dataset, tokens per step and where the weights
+    started: AdamW's ladder is one per setting, and a run from a checkpoint is never a rung of one from scratch):
+    complete, each at the end of its own schedule."""
     with_dataset = len({r.dataset for r in runs}) > 1
     settings: dict[str, list[Run]] = {}
-    for run in sorted(filter(own_schedule, runs), key=lambda r: (r.dataset, r.num_params, r.tokens_per_step)):
+    for run in sorted(filter(own_schedule, runs),
+                      key=lambda r: (r.dataset, r.origin, r.num_params, r.tokens_per_step)):
         dataset = f" {run.dataset}" if with_dataset else ""
-        name = f"{run.model}{dataset}, {format_tokens(run.tokens_per_step)} tokens per step"
+        origin = f" {run.origin}" if run.origin else ""
+        name = f"{run.model}{dataset}{origin}, {format_tokens(run.tokens_per_step)} tokens per step"
         settings.setdefault(name, []).append(run)
     return settings
 

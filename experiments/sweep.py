@@ -10,7 +10,7 @@ Hyperparameter sweeps with several seeds per point: a grid, or a coordinate sear
         --coordinate learning_rate=3e-3,6e-3,1.2e-2 --coordinate weight_decay=0,0.01,0.1 --rounds 2 --gpus 0,1,2,3
 
 Positional arguments: the sweep's folder, then the config files and --key=value overrides every run
-gets. --recipe NAME=ARGS (repeatable) names what differs between the compared optimizers (ARGS: more
+gets (its config files before each recipe's, its overrides after them, so an override wins). --recipe NAME=ARGS (repeatable) names what differs between the compared optimizers (ARGS: more
 config files and overrides); --recipes mini takes the mini reproduction's recipes from the optimizer
 registry (optim/__init__.py). A grid key written RECIPE:key applies to that recipe only (each
 optimizer its own learning rates). Each run goes to <folder>/<recipe>/<key=value,...>/seed<N>/.
@@ -129,10 +129,17 @@ def check_not_per_run(key: str, where: str) -> None:
                          "under the sweep's folder)")
 
 
+def recipe_arguments(base: list[str], recipe_args: list[str]) -> list[str]:
+    """train.py's arguments for a recipe over the base: the base's config files, the recipe's, then the base's
+    overrides and the recipe's (so an override in the base wins over a recipe file's value, never lost to it)."""
+    files = [a for a in [*base, *recipe_args] if not a.startswith("--")]
+    return files + [a for a in [*base, *recipe_args] if a.startswith("--")]
+
+
 def train_args(root: str, point: Point, seed: int, base: list[str], recipes: dict[str, list[str]]) -> list[str]:
     """train.py's arguments for one seed of a point (but --init_from, which depends on its folder)."""
     out_dir = point.seed_folder(root, seed)
-    return base + recipes[point.recipe] + [f"--{k}={v}" for k, v in point.values] + [
+    return recipe_arguments(base, recipes[point.recipe]) + [f"--{k}={v}" for k, v in point.values] + [
         f"--seed={seed}", f"--out_dir={out_dir}"]
 
 

@@ -242,11 +242,11 @@ def start_values(base: list[str], recipe_args: list[str], keys: list[str]) -> di
     """Each tuned key's value in the recipe's own config, as its folder name writes it."""
     from optim import load_config
 
-    cfg = load_config([*base, *recipe_args])
+    cfg = load_config(sweep.recipe_arguments(base, recipe_args))
     values = {}
     for k in keys:
         if not hasattr(cfg, k) and not hasattr(cfg.hyperparameters, k):  # the config's own error, naming the key
-            load_config([*base, *recipe_args, f"--{k}={text(LADDERS[k][0])}"])
+            load_config([*sweep.recipe_arguments(base, recipe_args), f"--{k}={text(LADDERS[k][0])}"])
         values[k] = text(getattr(cfg, k) if hasattr(cfg, k) else getattr(cfg.hyperparameters, k))
     return values
 
@@ -258,7 +258,7 @@ def default_keys(base: list[str], recipe: str) -> list[str]:
     from optim import load_config
 
     mini = mini_recipes()[recipe]
-    cfg = load_config([*base, *mini.args.split()])
+    cfg = load_config(sweep.recipe_arguments(base, mini.args.split()))
     decay = ["weight_decay"] if hasattr(cfg.hyperparameters, "weight_decay") else []
     return ["learning_rate", *decay, *mini.tune]
 
@@ -398,7 +398,11 @@ def main(argv: list[str] | None = None) -> str:
     return out
 
 
-def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
+def planned_tunings(args: argparse.Namespace, base: list[str]
+                    ) -> tuple[list[RecipeTuning], dict[str, list[str]], dict[str, dict[str, str]]]:
+    """Each recipe's tuning as the command line asks (AdamW first), its train.py arguments, and every recipe's
+    starting point (start.json's, else its config's): every point a search can reach first resolved as train.py
+    resolves it, so a bad key or value stops the command by name before any run."""
     from experiments.budget_ladder import stretched
     from experiments.recipes import mini_recipes
 
@@ -412,6 +416,16 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
         if arg.startswith("--"):
             sweep.check_not_per_run(arg[2:].partition("=")[0], arg)
     tunings, starts, recipe_args_of = [], recorded_starts(args.folder), {}
+    if args.report_only:  # the recipes whose tuning has begun (a report of none would name their starts as tuned)
+        if not starts:
+            raise InputError(f"{args.folder} holds no tuning (no start.json): --report-only reports the runs of a "
+                             "tuning already begun there; check the folder's name, or run the tuning without "
+                             "--report-only")
+        unbegun = [n for n in args.recipes.split(",") if n and n not in starts]
+        if unbegun:
+            raise InputError(f"--report-only: {args.folder} holds no tuning of {', '.join(unbegun)} (its start.json "
+                             f"has {', '.join(starts)}); leave them out, or tune them first")
+        names = [n for n in names if n in starts]
     for name in names:
         keys = [k for k in args.keys.split(",") if k] or (check_keys(base, name) if args.check else
                                                           default_keys(base, name))
@@ -422,7 +436,7 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
         recipe_args = recipes[name].args.split()
         try:
             if args.stretch != 1:
-                recipe_args += stretched([*base, *recipe_args], args.stretch).split()
+                recipe_args += stretched(sweep.recipe_arguments(base, recipe_args), args.stretch).split()
             start = start_values(base, recipe_args, keys)
         except (InputError, ValueError) as e:
             raise InputError(f"recipe {name}: {e}") from None
@@ -436,9 +450,15 @@ def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
                            {name: recipe_args}, f"recipe {name}")
         tunings.append(RecipeTuning(name, keys, start))
         recipe_args_of[name] = recipe_args
-    os.makedirs(args.folder, exist_ok=True)
-    with open(os.path.join(args.folder, "start.json"), "w") as f:
-        json.dump(starts, f, indent=1)
+    return tunings, recipe_args_of, starts
+
+
+def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
+    tunings, recipe_args_of, starts = planned_tunings(args, base)
+    if not args.report_only:  # (the report never changes where a later search starts)
+        os.makedirs(args.folder, exist_ok=True)
+        with open(os.path.join(args.folder, "start.json"), "w") as f:
+            json.dump(starts, f, indent=1)
     tuner = Tuner(args.folder, base, recipe_args_of, args.jobs, args.report_only, args.check)
     budget, noise_cap, done = None, None, []
     for tuning in tunings:  # (AdamW first: its run count and noise bound every other recipe's)

@@ -18,7 +18,11 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken"))
+# The GPT-2 BPE from ../shared/tiktoken where that folder exists (CI's); else tiktoken's download goes to a folder of
+# the test run's own: the tests never write outside the checkout and the temporary folder.
+SHARED_TIKTOKEN = REPO.parent / "shared" / "tiktoken"
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED_TIKTOKEN) if SHARED_TIKTOKEN.is_dir()
+                      else tempfile.mkdtemp(prefix="test-tiktoken-"))
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # (no network here: fail at once, not after retries)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -75,6 +79,10 @@ SHARED_PRELOADED_BIN = "TESTS_PRELOADED_BIN"
 
 def pytest_configure(config) -> None:
     global PRELOADED_BIN, PRELOAD_SERVER, PYTHON
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist") in ("no", "load"):
+        # -n N's default distribution made loadgroup (shared_fixture_group below), in the order collected; here, not
+        # in pytest.ini, so that pytest runs without pytest-xdist too (one process)
+        config.option.dist, config.option.loadscopereorder = "loadgroup", False
     if hasattr(config, "workerinput") and os.environ.get(SHARED_PRELOADED_BIN):
         PRELOADED_BIN = os.environ[SHARED_PRELOADED_BIN]
     else:

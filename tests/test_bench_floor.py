@@ -116,11 +116,11 @@ def test_the_owner_plan_shares_out_muons_products_as_balanced_owners_does(model,
         assert owner_plan(shapes, 8).balance == pytest.approx(8 * ns5_flops(768, 50304) / one_process, rel=1e-12)
 
 
-def run_module(*args: str) -> str:
+def run_module(*args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run([conftest.PYTHON, "-m", *args], cwd=conftest.REPO, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+    return proc
 
 
 def test_optimizer_step_prints_the_floor_rows_of_the_matrix_optimizers():
@@ -128,8 +128,10 @@ def test_optimizer_step_prints_the_floor_rows_of_the_matrix_optimizers():
     50304-wide embedding, whose NS5 takes seconds a step on a CPU): a floor row for Muon and none for fused AdamW,
     with Muon's FLOPs as its products() count them, step / floor and the ratio to fused AdamW those of the printed
     times; then the owner plan of the run's model."""
-    out = run_module("bench.optimizer_step", "--smoke", "--optimizers", "adamw-fused,muon")
-    lines = out.splitlines()
+    proc = run_module("bench.optimizer_step", "--smoke", "--optimizers", "adamw-fused,muon")
+    lines = proc.stdout.splitlines()
+    # its progress on stderr while it compiles and times (a --quick run takes minutes)
+    assert "warming up (compiling) 2/2: muon" in proc.stderr and "timing: repeat 3/3" in proc.stderr, proc.stderr
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["optimizer", "median"]
                   and "floor" in line)
     for column in ("median step ms", "GFLOP/step", "TFLOP/s at floor", "floor ms", "step/floor", "vs fused AdamW"):
@@ -153,7 +155,7 @@ def test_gpu_benchmark_smoke_run_prints_the_floor_rows():
     floor table): a floor row for each timed matrix optimizer, none for AdamW, the optimizer and whole step as
     the main table has them, Muon's FLOPs those its config's optimizer declares, and the whole step against
     AdamW's the ratio of the two rows' step ms."""
-    out = run_module("bench.gpu", "--cpu-smoke", "--optimizers", "adamw,muon,scion", "--alone-repeats", "0")
+    out = run_module("bench.gpu", "--cpu-smoke", "--optimizers", "adamw,muon,scion", "--alone-repeats", "0").stdout
 
     def rows(header: str) -> list[dict[str, str]]:
         names = [cell.strip() for cell in header.strip("|").split("|")]

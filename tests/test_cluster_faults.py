@@ -385,13 +385,46 @@ def test_a_full_file_system_during_a_sharded_save_is_named_and_nothing_is_lost(t
         proc = run_train(tiny_run_args(tiny_dataset, out, init_from="resume", **sharded), nproc=2, check=False)
         workers = proc.stderr.split("failed (exitcode: 2)")[0]  # torchrun's own report of them follows
         assert proc.returncode != 0 and "Traceback" not in workers, proc.stderr[-3000:]
-        named = "error: could not write checkpoint {} (No space left on device); free disk space"
-        assert workers.count(named.format(os.path.join(out, "ckpt_0000012"))) == 2, workers[-3000:]  # each rank
+        # each rank: a rank's own full disk, or the other rank's short write, whose cause did not travel
+        final = os.path.join(out, "ckpt_0000012")
+        named = [f"error: could not write checkpoint {final} ({why}); free disk space" for why in
+                 ("No space left on device", "the file took fewer bytes than were written: a full disk, a quota or "
+                                             "a file-size limit")]
+        assert sum(workers.count(text) for text in named) == 2, workers[-3000:]
         path, ckpt = load_latest(out)
         assert path.endswith("ckpt_0000006") and ckpt["step"] == 6 and not glob.glob(os.path.join(out, "*.tmp"))
         os.remove(filler)
         run_train(tiny_run_args(tiny_dataset, out, init_from="resume", **sharded), nproc=2)
         assert load_latest(out)[1]["step"] == 12
+
+
+FILE_SIZE_LIMITED_SAVE = """
+import pickle, resource, signal, sys
+import torch, torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from checkpoint.sharded import _dcp_failure
+from model import GPT, GPTConfig
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (a write past the limit then fails with EFBIG, as under ulimit -f)
+resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+model = GPT(GPTConfig(block_size=8, vocab_size=256, n_layer=1, n_head=1, n_embd=64))  # tensors of 64 KB
+try:
+    dcp.save(model.state_dict(), storage_writer=dcp.FileSystemWriter(sys.argv[1]))
+except CheckpointException as e:
+    (cause, _), = e.failures.values()
+    print(_dcp_failure(e))
+    print(_dcp_failure(CheckpointException("save", {1: (pickle.loads(pickle.dumps(cause)), None)})))
+"""
+
+
+def test_a_file_size_limit_during_a_sharded_save_is_not_named_a_full_disk(tmp_path):
+    """A real file-size limit (RLIMIT_FSIZE, in a process of its own) on DCP's write: this rank's error names it
+    (File too large); the same error reaching rank 0 from another rank, pickled without its cause, is named a short
+    write (a full disk, a quota or a file-size limit), never 'No space left on device'."""
+    proc = subprocess.run([PYTHON, "-c", FILE_SIZE_LIMITED_SAVE, str(tmp_path / "ckpt")], capture_output=True,
+                          text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    own, other = proc.stdout.rstrip("\n").splitlines()[-2:]
+    assert own.startswith(" (File too large); free disk space"), proc.stdout + proc.stderr
+    assert "file-size limit" in other and "No space left" not in other, other
 
 
 def test_a_full_disk_inside_torchs_zip_writer_during_a_sharded_save_is_named(tmp_path):
@@ -410,7 +443,8 @@ def test_a_full_disk_inside_torchs_zip_writer_during_a_sharded_save_is_named(tmp
         from_another_rank = pickle.loads(pickle.dumps(cause))
         assert from_another_rank.__context__ is None
         named_there = _dcp_failure(CheckpointException("save", {1: (from_another_rank, None)}))
-        assert named_there.startswith(" (No space left on device); free disk space"), named_there
+        assert named_there.startswith(" (the file took fewer bytes than were written: a full disk, a quota or a "
+                                      "file-size limit); free disk space"), named_there
         shutil.rmtree(os.path.join(disk, "raw"))
         out = os.path.join(disk, "run")
         os.makedirs(out)

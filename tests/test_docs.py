@@ -8,8 +8,10 @@ its first screenful. The checks are functions, so the last test shows each faili
 """
 
 import functools
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,33 @@ def test_the_checks_fail_on_a_broken_page(tmp_path):
     assert any("scripts.nonexistent" in p for p in problems)
     assert any("config/nothing_here.py" in p for p in problems)
     assert any("--world_sise=" in p and "bench.memory" in p for p in problems)
+
+
+def test_the_resume_matrixs_case_count_is_stated_once_and_true():
+    """docs/testing.md states how many cases the resume matrix runs once, and that number is what pytest collects."""
+    page = (REPO / "docs" / "testing.md").read_text()
+    stated = re.findall(r"(\d+)\s+cases\s+(?:come\s+)?from\s+four\s+launches", page)
+    collected = subprocess.run([PYTHON, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
+                                "tests/test_resume_matrix.py"], capture_output=True, text=True, cwd=REPO).stdout
+    count = int(re.search(r"(\d+) tests? collected", collected).group(1))
+    assert stated == [str(count)], (stated, count)
+
+
+def test_the_suite_runs_without_pytest_xdist_and_writes_nothing_outside_the_checkout(tmp_path):
+    """pytest without pytest-xdist (the single-file runs docs/testing.md suggests, on a machine without the plugin)
+    runs; and a clone without ../shared beside it (no ready tiktoken cache) creates no ../shared: a copy of the
+    checkout's files in tmp_path/clone runs a test that loads the GPT-2 BPE."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], capture_output=True, text=True,
+                           cwd=REPO, check=True).stdout.split()
+    clone = tmp_path / "clone"
+    for name in files:
+        if (REPO / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            (clone / name).write_bytes((REPO / name).read_bytes())
+    env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-p", "no:cacheprovider",
+                           "tests/test_tokenizer.py::test_loads_from_tiktoken_cache"], capture_output=True, text=True,
+                          cwd=clone, env=env, timeout=300)
+    ran = "1 passed" in proc.stdout or "1 failed" in proc.stdout  # (failed: no network for the vocabulary here)
+    assert ran and "unrecognized arguments" not in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not (tmp_path / "shared").exists()

@@ -71,6 +71,14 @@ def run_folder(d: Path, config: str | None = None, metrics: list | None = None) 
     return d
 
 
+def run_holding_a_run(d: Path) -> str:
+    """A run's folder (d/run, its checkpoint) that also holds a dated run: out/quickstart after a direct run of
+    config/quickstart.py (before it wrote out/quickstart/direct) and a run of scripts/quickstart.sh."""
+    run = Path(checkpoint(d)).parent
+    torch_file(run / "20261129-120000" / "ckpt.pt", torch.load(run / "ckpt.pt", weights_only=False))
+    return str(run)
+
+
 def tiny_shards(d: Path) -> Path:
     """A train and a val token shard, enough for a tiny model to start."""
     d.mkdir(parents=True, exist_ok=True)
@@ -125,6 +133,9 @@ CASES: dict[str, Callable[[Path], Case]] = {
     "official_mars_missing_checkout": lambda d: Case(["-m", "bench.official_mars", str(d / "MARS")],
                                                      [str(d / "MARS"), "has no mars_fused.py"]),
 
+    "sample_run_folder_that_also_holds_runs": lambda d: Case(  # (an older quickstart's out/quickstart: which?)
+        ["sample.py", "--checkpoint", run_holding_a_run(d)],
+        [str(d / "run"), "also holds runs (20261129-120000)", "point at the one to use"]),
     "sample_missing_checkpoint": lambda d: Case(["sample.py", "--checkpoint", str(d / "missing.pt")],
                                                 [str(d / "missing.pt")]),
     "sample_text_file_as_checkpoint": lambda d: Case(
@@ -171,6 +182,25 @@ CASES: dict[str, Callable[[Path], Case]] = {
     "prepare_verify_missing_folder": lambda d: Case(["-m", "data.prepare", "verify", str(d / "nothing")],
                                                     [str(d / "nothing")]),
 
+    # arguments apply in order: an override that a later config file would undo, silently, is refused
+    "train_override_before_a_config_file": lambda d: Case(
+        ["train.py", "--max_iters=2", "config/quickstart.py"],
+        ["--max_iters=2 comes before config/quickstart.py", "put the overrides after the config files"]),
+    "train_gpt2_bias_asked_of_a_llama": lambda d: Case(
+        ["train.py", "config/quickstart.py", "--model=llama-124m", "--bias=True"], ["--bias=True", "is a Llama"]),
+    "train_gpt2_attention_scale_asked_of_a_llama": lambda d: Case(
+        ["train.py", "config/quickstart.py", "--model=llama-124m", "--scale_attn_by_inverse_layer_idx=True"],
+        ["--scale_attn_by_inverse_layer_idx=True", "is a Llama"]),
+    "train_bool_in_lower_case": lambda d: Case(
+        ["train.py", "config/quickstart.py", "--bias=true"], ["'bias' must be bool", "write True"]),
+    "tune_report_of_a_mistyped_folder": lambda d: Case(
+        ["-m", "experiments.tune", str(d / "mini_tunning"), "--report-only"],
+        [str(d / "mini_tunning"), "holds no tuning"], untouched=[d]),
+    "rankings_with_a_nan_loss": lambda d: Case(
+        ["-m", "experiments.rankings", "AdamW=nan", "Muon=2.0", "Lion=2.5"], ["'AdamW=nan'", "finite"]),
+    "train_step_bench_with_a_mistyped_key": lambda d: Case(
+        ["-m", "bench.train_step", "config/quickstart.py", "--lerning_rate=1"],
+        ["unknown config key 'lerning_rate'", "did you mean 'learning_rate'"]),
     "train_cuda_without_a_gpu": lambda d: Case(
         ["train.py", "--device=cuda:1", f"--data_dir={tiny_shards(d / 'data')}", f"--out_dir={d / 'out'}",
          "--n_layer=1", "--n_head=1", "--n_embd=8", "--block_size=8", "--total_batch_size=64",
@@ -275,3 +305,10 @@ def test_module_entry_points_say_how_they_are_run():
     usage = {name: line.split(" [-h]")[0] for name, line in (row.split(" | ") for row in proc.stdout.splitlines())}
     assert usage == {name: f"usage: python -m {name}" for name in with_parser} | {
         "sample": "usage: python sample.py"}, proc.stderr
+
+
+def test_the_train_step_benchmark_prints_its_help():
+    proc = subprocess.run([PYTHON, "-m", "bench.train_step", "--help"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert proc.returncode == 0 and "python -m bench.train_step config/quickstart.py" in proc.stdout, proc.stderr
+    assert "Traceback" not in proc.stderr

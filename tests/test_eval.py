@@ -382,6 +382,8 @@ def test_export_loads_in_transformers_with_equal_logits(overrides, tmp_path, cap
     export_hf.main(["--checkpoint", checkpoint, "--out", str(tmp_path / "hf")])
     expected = export_hf.HF_ARCHITECTURES[model.config.architecture]
     assert f"wrote {expected} folder" in capsys.readouterr().out
+    modes = {f.name: f.stat().st_mode & 0o777 for f in (tmp_path / "hf").iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], modes  # (readable as the others, not 0600)
     hf_model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
     assert type(hf_model).__name__ == expected
     if model.config.architecture == "gpt2":

@@ -184,6 +184,10 @@ def bad_sources(root: Path, data_dir: str) -> dict[str, tuple[list[str], list[st
     GPTNeoXConfig(vocab_size=50304, hidden_size=32, num_hidden_layers=2, num_attention_heads=2).save_pretrained(
         str(root / "neox"))
     hf_model("gpt2").config.save_pretrained(str(root / "no_weights"))
+    cut, garbled = saved(hf_model("gpt2"), root / "cut"), saved(hf_model("gpt2"), root / "garbled")
+    weights = Path(cut) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a download cut short
+    (Path(garbled) / "model.safetensors").write_bytes(os.urandom(4096))
     saved(hf_model("llama", vocab_size=32000), root / "llama2_vocab")
     other_tokenizer = saved(hf_model("gpt2"), root / "other_tokenizer")  # GPT-2's size, another tokenizer's ids
     words = Tokenizer(models.WordLevel({"[UNK]": 0, "Hello": 1, "world": 2}, unk_token="[UNK]"))
@@ -207,6 +211,8 @@ def bad_sources(root: Path, data_dir: str) -> dict[str, tuple[list[str], list[st
                                                     "run's 'gpt2' tokenizer"]),
         "biases_under_bias_false": (args(biased, "--bias=False"), ["non-zero biases", "bias=True"]),
         "no_weights": (args(str(root / "no_weights")), ["cannot load its weights as a GPT2LMHeadModel"]),
+        "cut_safetensors": (args(cut), ["cannot load its weights as a GPT2LMHeadModel", "model.safetensors"]),
+        "garbled_safetensors": (args(garbled), ["cannot load its weights as a GPT2LMHeadModel"]),
         "hub_unreachable": (args("gpt2-medium"), ["cannot read the model's config from the Hugging Face hub",
                                                    "no local folder has that name", "give a local folder"]),
         "empty_source": (args(""), ["config key 'init_from' is 'hf:'", "hf:<a Hugging Face model folder"]),
@@ -231,7 +237,8 @@ def bad_results(tmp_path_factory, tiny_dataset) -> dict[str, tuple[list[str], su
 
 @pytest.mark.parametrize("name", ["missing_folder", "no_config", "bert", "gpt_neox", "shape_mismatch",
                                   "longer_than_positions", "other_vocabulary", "other_tokenizer",
-                                  "biases_under_bias_false", "no_weights", "hub_unreachable", "empty_source"])
+                                  "biases_under_bias_false", "no_weights", "cut_safetensors", "garbled_safetensors",
+                                  "hub_unreachable", "empty_source"])
 def test_a_bad_source_is_named_without_traceback(name, bad_results):
     expect, proc = bad_results[name]
     report = f"exit {proc.returncode}\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-3000:]}"

@@ -277,6 +277,37 @@ def test_report_prices_each_optimizer_in_adamws_tokens(tmp_path):
         report.main([str(tmp_path), "--out", str(tmp_path / "report"), "--gpu-rows", "A100:GPT-2 small"])
 
 
+def test_a_run_from_a_checkpoint_is_never_a_rung_of_adamw_from_scratch(tmp_path, capsys):
+    """AdamW's ladder from scratch, and an AdamW run started from Hugging Face weights (init_from=hf:...) at one of
+    its budgets with a far lower loss: the report groups by origin, so that run is a setting and a column of its own,
+    never a seed of the ladder's rung nor the best AdamW cell beside runs from scratch. Folders it leaves out (no
+    metrics.jsonl, no evaluation yet) and a line cut short are named on stderr."""
+    for total_iters in (8, 16, 32, 64, 128):
+        for seed, d in enumerate((-0.01, 0.0, 0.01)):
+            write_run(tmp_path / f"adamw{total_iters}_{seed}", [11.0, float(power_law(total_iters * 491_520)) + d],
+                      total_iters=total_iters, optimizer="adamw", seed=seed)
+    tuned = write_run(tmp_path / "adamw_from_gpt2", [3.0, 2.0], total_iters=32, optimizer="adamw")
+    info = json.loads((tmp_path / "adamw_from_gpt2" / "config.json").read_text())
+    info["config"]["init_from"] = "hf:gpt2"
+    (tmp_path / "adamw_from_gpt2" / "config.json").write_text(json.dumps(info))
+    (tmp_path / "not_started").mkdir()
+    (tmp_path / "not_started" / "config.json").write_text(json.dumps(info))
+    with open(tmp_path / "adamw8_0" / "metrics.jsonl", "a") as f:
+        f.write('{"type": "val", "st')  # (a crash while a row was written)
+    runs = report.find_runs([str(tmp_path)])
+    assert f"left out {tmp_path / 'not_started'}: no metrics.jsonl" in capsys.readouterr().err
+    settings = report.speedup_settings(runs)
+    (from_gpt2,) = [runs for name, runs in settings.items() if "from hf:gpt2" in name]
+    assert [r.path for r in from_gpt2] == [tuned]
+    (scratch,) = [runs for name, runs in settings.items() if "from hf:" not in name]
+    assert report.adamw_ladder(scratch)[32 * 491_520] == pytest.approx(
+        [float(power_law(32 * 491_520)) + d for d in (-0.01, 0.0, 0.01)])
+    columns = report.group_by_setting(runs)
+    assert [len(c) for name, c in columns.items() if "from hf:gpt2" in name] == [1]
+    report.read_rows(str(tmp_path / "adamw8_0" / "metrics.jsonl"))
+    assert "line 4: cut short" in capsys.readouterr().err
+
+
 def whole_step(card: str, date: str, optimizer: str, ms: float, micro_batch: int = 16) -> dict:
     """A row of results/gpu/whole_steps.json."""
     return dict(card=card, date=date, model="GPT-2 small", optimizer=optimizer, micro_batch=micro_batch,

@@ -386,3 +386,19 @@ def test_a_log_line_reaches_a_log_file_at_once(tmp_path, monkeypatch):
         monkeypatch.setattr(sys, "stdout", console)
         RunLog(enabled=True).print("step 10/600 | loss 3.1416")
         assert path.read_text() == "step 10/600 | loss 3.1416\n"
+
+
+def test_a_resume_from_the_run_folder_alone_uses_the_runs_own_config(tiny_dataset, tmp_path):
+    """`--init_from=resume --out_dir=X` with no config file continues the run in X with the config its config.json
+    records (its data, model and optimizer), the overrides on the line applied on top, and lands where the run
+    trained straight would."""
+    straight, halves = str(tmp_path / "straight"), str(tmp_path / "halves")
+    common = dict(lr_decay_iters=8, eval_interval=4, optimizer="muon")
+    run_train(tiny_run_args(tiny_dataset, straight, max_iters=8, **common))
+    run_train(tiny_run_args(tiny_dataset, halves, max_iters=4, **common))
+    proc = run_train([f"--out_dir={halves}", "--init_from=resume", "--max_iters=8"])
+    assert f"resuming {halves} with its own config" in proc.stdout
+    a, b = load_weights(straight), load_weights(halves)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    recorded = json.load(open(os.path.join(halves, "config.json")))["config"]
+    assert (recorded["optimizer"], recorded["max_iters"], recorded["data_dir"]) == ("muon", 8, tiny_dataset)

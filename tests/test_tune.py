@@ -3,6 +3,7 @@ smaller than the seed noise refused, the search capped at AdamW's run count, see
 at the tuned point, tuning.md and tuned.json), and bad input refused by name before any run. The real
 training path under it is experiments.sweep's (tests/test_sweep.py); scripts/tune_mini.sh's DRY_RUN runs it."""
 
+import argparse
 import json
 import math
 import os
@@ -12,6 +13,7 @@ import pytest
 
 from conftest import PYTHON, REPO
 from experiments import sweep, tune
+from optim import load_config
 
 START = {"learning_rate": "0.002", "weight_decay": "0.1", "warmup_iters": "25", "beta2": "0.95"}
 KEYS = list(START)
@@ -31,13 +33,14 @@ class SyntheticTuner(tune.Tuner):
 
     SEED_OFFSET = {1: 0.0, 2: 0.01, 3: -0.01, 4: 0.005}
 
-    def __init__(self):
-        super().__init__("unused", [], {}, jobs=2, report_only=False)
+    def __init__(self, check: bool = False):
+        super().__init__("unused", [], {}, jobs=2, report_only=False, check=check)
         self.asked: list[tuple[sweep.Point, int]] = []
 
     def scores(self, points, seeds):
         self.asked += [(p, s) for p in points for s in seeds]
-        return {p: sweep.Score([bowl(dict(p.values)) + self.SEED_OFFSET[s] for s in seeds], 0) for p in points}
+        at = {p: dict(START, warmup_iters="6") | dict(p.values) for p in points}  # (keys not tuned: the bowl's floor)
+        return {p: sweep.Score([bowl(at[p]) + self.SEED_OFFSET[s] for s in seeds], 0) for p in points}
 
 
 def test_coordinate_descent_walks_to_the_minimum_and_ignores_moves_within_the_noise():
@@ -118,17 +121,48 @@ def test_a_capped_search_tries_no_key_after_the_cap():
 
 def test_a_rerun_starts_from_the_recorded_start_not_from_a_config_since_tuned(tmp_path):
     """start.json fixes each recipe's starting point when its tuning begins: once config/mini_adamw.py holds the
-    tuned values, the committed search still resumes along its own path."""
+    tuned values, the committed search still resumes along its own path. --report-only in a folder where no tuning
+    began (a mistyped one) is refused and writes nothing: its report would name every start as tuned."""
     folder = tmp_path / "tune"
     command = [PYTHON, "-m", "experiments.tune", str(folder), "config/mini.py", "--recipes", "adamw", "--keys",
                "learning_rate,warmup_iters", "--report-only"]
-    subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
-    recorded = json.loads((folder / "start.json").read_text())["adamw"]
-    assert recorded == tune.start_values(["config/mini.py"], ["config/mini_adamw.py"], ["learning_rate", "warmup_iters"])
+    refused = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "holds no tuning" in refused.stderr and not folder.exists(), refused.stderr
+    folder.mkdir()
     (folder / "start.json").write_text(json.dumps({"adamw": {"learning_rate": "0.002", "warmup_iters": "25"}}))
     out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=True).stdout
     assert "start: learning_rate=0.002, warmup_iters=25" in out
     assert json.loads((folder / "start.json").read_text())["adamw"] == {"learning_rate": "0.002", "warmup_iters": "25"}
+    assert tune.start_values(["config/mini.py"], ["config/mini_adamw.py"], ["learning_rate", "warmup_iters"]) == {
+        "learning_rate": "0.005657", "warmup_iters": "150"}  # (what a tuning begun today would record instead)
+    unbegun = subprocess.run([*command[:6], "adamw,muon", *command[7:]], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+    assert unbegun.returncode == 2 and "holds no tuning of muon" in unbegun.stderr, unbegun.stderr
+
+
+def test_the_transfer_check_walks_the_learning_rate_past_its_edge_and_ends_at_seeds_1_to_3():
+    """--check at a new point: one round over the learning rate from the carried point, a value that wins at the
+    grid's edge extending the grid (the walk to 4x the start), the tuned point at seeds 1-3 and no sensitivity runs."""
+    tuner = SyntheticTuner(check=True)
+    result = tuner.tune(tune.RecipeTuning("adamw", ["learning_rate"], {"learning_rate": "0.002"}), None, 1)
+    assert result.centre == {"learning_rate": "0.008"} and max(map(float, result.tried[0].losses)) > 0.008
+    tuned = tuner.point(result, result.centre)
+    assert result.final.losses == pytest.approx([2.0, 2.01, 1.99]) and not result.sensitivity
+    assert {s for p, s in tuner.asked if p == tuned} == {1, 2, 3}
+    assert tune.check_keys(["config/mini.py"], "adamw") == ["learning_rate", "weight_decay"]
+    assert tune.check_keys(["config/mini.py"], "muon") == ["learning_rate"]
+
+
+def test_stretch_runs_each_recipe_at_that_many_times_its_budget_with_its_own_schedule_stretched(tmp_path):
+    """--stretch 4: AdamW's 256 steps with a warmup of 150 become 1024 with 600, Muon's warmup of 0 stays 0, each
+    evaluation at the same fraction of the run."""
+    args = argparse.Namespace(folder=str(tmp_path / "tune"), recipes="muon", keys="", check=True, stretch=4.0,
+                              report_only=False)
+    _, recipe_args, _ = tune.planned_tunings(args, ["config/mini.py"])
+    adamw, muon = (load_config(sweep.recipe_arguments(["config/mini.py"], recipe_args[name])) for name in ("adamw",
+                                                                                                            "muon"))
+    assert (adamw.max_iters, adamw.warmup_iters, adamw.eval_interval) == (1024, 600, 128)
+    assert (muon.max_iters, muon.warmup_iters, muon.lr_schedule) == (1024, 0, "wsd")
 
 
 def test_the_tuned_point_is_linked_in_the_mini_reproductions_layout_once_seeds_1_to_4_finished(tmp_path, monkeypatch):
@@ -201,11 +235,9 @@ def test_a_run_where_a_tuned_link_goes_is_refused_by_name(tmp_path, monkeypatch)
 
 def test_every_mini_recipes_search_resolves_before_any_run(tmp_path):
     # every recipe's keys have a ladder, are read by its optimizer, and each first point resolves as train.py's
-    folder = tmp_path / "tune"
-    proc = subprocess.run([PYTHON, "-m", "experiments.tune", str(folder), "config/mini.py", "--report-only"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    starts = json.loads((folder / "start.json").read_text())
+    args = argparse.Namespace(folder=str(tmp_path / "tune"), recipes="", keys="", check=False, stretch=1.0,
+                              report_only=False)
+    _, _, starts = tune.planned_tunings(args, ["config/mini.py"])
     from experiments.recipes import mini_recipes
     assert set(starts) == set(mini_recipes())
     assert "weight_decay" not in starts["scion"] and starts["kron"]["kron_precond_lr"] == "0.8"
