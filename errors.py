@@ -15,6 +15,10 @@ class InputError(Exception):
     """Bad input from the user (a path, a file's contents, a name): the message names it and the fix."""
 
 
+class ConfigError(InputError, ValueError):
+    """A configuration that cannot run; the message names the key and the fix."""
+
+
 def write_failure(e: OSError) -> str:
     """Why a write failed and what to do, for a message: '(No space left on device); free disk space'."""
     if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):

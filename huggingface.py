@@ -33,7 +33,7 @@ import torch
 
 from data.tokenizer import EOT_TOKEN, ByteEncoding
 from errors import InputError
-from model import GPT, GPTConfig, mlp_hidden, swiglu_hidden
+from model import OWN_COMPONENTS, GPT, GPTConfig, components, mlp_hidden, swiglu_hidden
 
 HF_PREFIX = "hf:"  # --init_from=hf:<folder or hub name>
 # Linear weights that GPT-2 keeps in Conv1D layout (in_features, out_features).
@@ -43,7 +43,7 @@ CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
 EXPRESSIBLE_FIELDS = {
     "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "scale_attn_by_inverse_layer_idx",
     "architecture", "mlp_ratio", "rope_theta", "norm_eps", "tie_embeddings", "init", "parametrization",
-    "mup_base_width",
+    "mup_base_width", "positions", "norm", "mlp",
 }
 HF_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
 MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama"}  # Hugging Face's model_type: our architecture
@@ -67,6 +67,11 @@ def check_expressible(config: GPTConfig) -> None:
                          "map them in hf_config and hf_model_args or refuse them explicitly")
     if config.architecture == "gpt2" and (not config.tie_embeddings or config.mlp_ratio):
         raise ValueError("a GPT2LMHeadModel has a tied head and a 4 n_embd MLP; this GPT-2 has not")
+    swapped = {k: v for k, v in components(config).items() if v != OWN_COMPONENTS[config.architecture][k]}
+    if swapped:
+        raise InputError(f"this {config.architecture} model has another architecture's {', '.join(swapped)} swapped in "
+                         f"({swapped}), which its Hugging Face class does not compute: evaluate it with python -m "
+                         "eval.hellaswag or eval.harness")
     if config.width_multiplier() != 1:
         raise InputError(f"this model is mup at {config.width_multiplier():g}x its base width (its attention's 1/d and "
                          "its logits / m), which a Hugging Face GPT-2 or Llama does not compute: evaluate it with "

@@ -41,6 +41,11 @@ class GPTConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5  # the norms' (GPT-2's LayerNorm, a Llama's RMSNorm)
     tie_embeddings: bool = True  # the lm_head is the token embedding (GPT-2's always is)
+    # One component of the other architecture swapped in (the GPT-2 against Llama study, docs/scaling.md); "" is the
+    # architecture's own (components())
+    positions: str = ""  # "learned": GPT-2's position table | "rope": a Llama's rotary embeddings
+    norm: str = ""  # "layernorm" (GPT-2's) | "rmsnorm" (a Llama's)
+    mlp: str = ""  # "gelu": GPT-2's 4 n_embd GELU MLP | "swiglu": a Llama's
     init: str = "normal"  # "normal": N(0, 0.02), residual projections / sqrt(2 n_layer); "fan_in": levanter's
     # "sp": the standard parametrization; "mup": the maximal-update parametrization relative to mup_base_width
     # (equal to sp at that width; the per-layer learning rates are the optimizer's: optim.build_optimizer)
@@ -55,6 +60,10 @@ class GPTConfig:
 
 ARCHITECTURE_NAMES = {"gpt2": "GPT-2", "llama": "Llama"}
 ARCHITECTURES = tuple(ARCHITECTURE_NAMES)
+# each architecture's own components, and the choices of each
+OWN_COMPONENTS = {"gpt2": dict(positions="learned", norm="layernorm", mlp="gelu"),
+                  "llama": dict(positions="rope", norm="rmsnorm", mlp="swiglu")}
+COMPONENTS = {name: ("", *{own[name] for own in OWN_COMPONENTS.values()}) for name in OWN_COMPONENTS["gpt2"]}
 INITS = ("normal", "fan_in")
 PARAMETRIZATIONS = ("sp", "mup")
 
@@ -75,14 +84,19 @@ PRESETS: dict[str, dict] = {
 }
 
 
+def components(config: GPTConfig) -> dict[str, str]:
+    """The model's positions, norm and MLP: its architecture's own, but where the config swaps one in."""
+    return {name: getattr(config, name) or own for name, own in OWN_COMPONENTS[config.architecture].items()}
+
+
 def swiglu_hidden(n_embd: int) -> int:
     """llm-baselines' SwiGLU hidden size: 2/3 of 4 n_embd, rounded up to a multiple of 256 (768 -> 2048)."""
     return 256 * math.ceil(int(2 * 4 * n_embd / 3) / 256)
 
 
 def mlp_hidden(config: GPTConfig) -> int:
-    """The MLP's hidden width: GPT-2's 4 n_embd; a Llama's mlp_ratio n_embd, or llm-baselines' rule."""
-    if config.architecture != "llama":
+    """The MLP's hidden width: GPT-2's 4 n_embd; a Llama's (SwiGLU's) mlp_ratio n_embd, or llm-baselines' rule."""
+    if components(config)["mlp"] == "gelu":
         return 4 * config.n_embd
     return config.mlp_ratio * config.n_embd or swiglu_hidden(config.n_embd)
 
@@ -202,7 +216,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.n_embd = config.n_embd
         self.dropout = config.dropout
-        self.rotary_config = config if config.architecture == "llama" else None
+        self.rotary_config = config if components(config)["positions"] == "rope" else None
         head_dim = config.n_embd // config.n_head
         # mup: attention's 1/d (Yang et al., TP V), as sqrt(d_base) / d so that the base width is sp's 1/sqrt(d)
         self.scale = 1.0 / (math.sqrt(head_dim) * math.sqrt(config.width_multiplier()))
@@ -215,7 +229,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head) for t in self.c_attn(x).split(self.n_embd, dim=2))
-        if self.rotary_config is not None:  # a Llama's positions
+        if self.rotary_config is not None:  # a Llama's positions (or rotary ones swapped into a GPT-2)
             rotary = rotary_tables(self.rotary_config, T, x.device)
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs)
@@ -273,8 +287,8 @@ class SwiGLU(nn.Module):
 
 
 def norm(config: GPTConfig) -> nn.Module:
-    """The architecture's normalisation: GPT-2's LayerNorm, a Llama's RMSNorm."""
-    if config.architecture == "llama":
+    """The model's normalisation: GPT-2's LayerNorm, a Llama's RMSNorm (or the other, swapped in)."""
+    if components(config)["norm"] == "rmsnorm":
         return RMSNorm(config.n_embd, config.norm_eps)
     return nn.LayerNorm(config.n_embd, eps=config.norm_eps, bias=config.bias)
 
@@ -285,7 +299,7 @@ class Block(nn.Module):
         self.ln_1 = norm(config)
         self.attn = CausalSelfAttention(config, layer_idx)
         self.ln_2 = norm(config)
-        self.mlp = SwiGLU(config) if config.architecture == "llama" else MLP(config)
+        self.mlp = SwiGLU(config) if components(config)["mlp"] == "swiglu" else MLP(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -307,9 +321,11 @@ class GPT(nn.Module):
             raise ValueError("parametrization 'mup' needs mup_base_width, the width its hyperparameters were tuned at")
         self.config = config
         self.fused_cross_entropy = fused_cross_entropy
-        llama = config.architecture == "llama"
+        for name, choices in COMPONENTS.items():
+            if getattr(config, name) not in choices:
+                raise ValueError(f"{name} {getattr(config, name)!r}: choose from {choices}")
         layers = dict(wte=nn.Embedding(config.vocab_size, config.n_embd))
-        if not llama:  # a Llama's positions are its rotary embeddings
+        if components(config)["positions"] == "learned":  # (rotary positions are the attention's)
             layers["wpe"] = nn.Embedding(config.block_size, config.n_embd)
         blocks = nn.ModuleList([Block(config, i) for i in range(config.n_layer)])
         self.transformer = nn.ModuleDict(layers | dict(drop=nn.Dropout(config.dropout), h=blocks, ln_f=norm(config)))

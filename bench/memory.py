@@ -102,7 +102,7 @@ from bench.recipes import paper_config_args
 import optim.newton_schulz
 from optim.newton_schulz import ns5_flops
 from config import TrainConfig
-from model import GPT, GPTConfig, mlp_hidden
+from model import OWN_COMPONENTS, GPT, GPTConfig, components, mlp_hidden
 from optim import OPTIMIZERS, load_config
 from optim.sharding import balanced_owners, received_bytes, row_blocks
 from optim.routing import parameter_kinds
@@ -502,6 +502,9 @@ def moment_items(run: Run, tensors: list[Tensor]) -> list[Item]:
     checkpointed = cfg.activation_checkpointing
     residual = 2 if run.fsdp and run.low_precision else 4  # FSDP's bf16 weights make a bf16 residual stream
     llama = gpt.architecture == "llama"
+    if any(components(gpt)[k] != own for k, own in OWN_COMPONENTS[gpt.architecture].items()):
+        raise InputError(f"bench.memory models GPT-2 and the Llama as they are; this model swaps in "
+                         f"{components(gpt)}: measure it instead (torch.cuda.max_memory_allocated)")
     H = mlp_hidden(gpt)  # the MLP's hidden width
     if llama:  # (the module docstring's Llama terms)
         block = 16 * C + 8 + 4 * h + a * (7 * C + 4 * H) + (2 if a != 4 else 1) * a * C

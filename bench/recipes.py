@@ -4,8 +4,8 @@ bench.gpu's rows and bench.memory's tables read it; tests/test_paper_configs.py 
 and load, and that every config/gpt2_<size>_<optimizer>.py and config/llama_<size>_<optimizer>.py is in it.
 
 A setting (a model preset: small ... xl, llama-124m ...) is its model, batch and schedule (`recipe`) and the
-optimizers with a file of their own, config/<stem>_<optimizer>.py. An optimizer without one is composed by one of
-two rules, each written once, in `compose`:
+optimizers with a file of their own, config/<stem>_<optimizer>.py (found on disk, never listed here). An optimizer
+without one is composed by one of two rules, each written once, in `compose`:
 - a setting that `borrows` another (the Llama sizes): that setting's optimizer file on this size's recipe
   (Semenov et al. keep each optimizer's 124M settings at every size);
 - otherwise: the size's recipe and the optimizer's paper recipe, config/paper_<optimizer>.py.
@@ -32,33 +32,32 @@ for _name in OPTIMIZERS:
 
 @dataclass(frozen=True)
 class Setting:
-    """A model preset's paper setting: config/<stem>_<optimizer>.py for each of `optimizers`; `recipe` (config files
-    and overrides) what an optimizer without a file goes on; `borrows`: the setting whose optimizer files it takes
-    for those ("": the optimizer's config/paper_<optimizer>.py instead)."""
+    """A model preset's paper setting: config/<stem>_<optimizer>.py for each optimizer that has one (found on disk:
+    adding an optimizer's file adds it here); `recipe` (config files and overrides) what an optimizer without a file
+    goes on; `borrows`: the setting whose optimizer files it takes for those ("": the optimizer's
+    config/paper_<optimizer>.py instead)."""
 
     stem: str
-    optimizers: tuple[str, ...]
     recipe: tuple[str, ...]
     borrows: str = ""
 
+    @property
+    def optimizers(self) -> tuple[str, ...]:
+        """The registry parts (VARIANTS) with a file config/<stem>_<part>.py."""
+        parts = dict.fromkeys(part for part, _ in VARIANTS.values())
+        return tuple(p for p in parts if os.path.exists(os.path.join(REPO, "config", f"{self.stem}_{p}.py")))
 
-_GPT2_PAPER = ("adamw", "mars", "muon", "mars_m", "moonlight")  # the official repository's runs (xl: no Muon)
-_LLAMA_BENCHMARK = ("adamw", "mars", "muon")  # Semenov et al.'s rows at every size
+
 SETTINGS: dict[str, Setting] = {
-    "small": Setting("gpt2_small", (*_GPT2_PAPER, "adam_mini", "adamh", "adamuon", "ademamix", "adopt", "cautious_adamw",
-                                    "dion", "kron", "lion", "muonclip", "muonh", "nadamw", "normuon", "prodigy",
-                                    "schedule_free_adamw", "scion", "shampoo", "signum", "soap", "sophia"),
-                     ("config/gpt2_small.py",)),
-    "medium": Setting("gpt2_medium", _GPT2_PAPER, ("config/gpt2_medium.py",)),
-    "large": Setting("gpt2_large", _GPT2_PAPER, ("config/gpt2_large.py",)),
-    "xl": Setting("gpt2_xl", ("adamw", "mars", "mars_m", "moonlight"), ("config/gpt2_xl.py",)),
-    "llama-124m": Setting("llama_124m", (*_LLAMA_BENCHMARK, "adopt", "prodigy", "signum", "sophia"),
-                          ("config/llama_124m.py",)),
-    "llama-210m": Setting("llama_210m", _LLAMA_BENCHMARK, ("config/llama_124m.py", "--model=llama-210m"),
-                          borrows="llama-124m"),
-    "llama-720m": Setting("llama_720m", _LLAMA_BENCHMARK, ("config/llama_720m.py",), borrows="llama-124m"),
+    "small": Setting("gpt2_small", ("config/gpt2_small.py",)),
+    "medium": Setting("gpt2_medium", ("config/gpt2_medium.py",)),
+    "large": Setting("gpt2_large", ("config/gpt2_large.py",)),
+    "xl": Setting("gpt2_xl", ("config/gpt2_xl.py",)),
+    "llama-124m": Setting("llama_124m", ("config/llama_124m.py",)),
+    "llama-210m": Setting("llama_210m", ("config/llama_124m.py", "--model=llama-210m"), borrows="llama-124m"),
+    "llama-720m": Setting("llama_720m", ("config/llama_720m.py",), borrows="llama-124m"),
     # the other Llama presets (llm-baselines' shapes) have no files: the 124M's settings with the model swapped
-    **{preset: Setting(preset.replace("-", "_").replace(".", "_"), (), ("config/llama_124m.py", f"--model={preset}"),
+    **{preset: Setting(preset.replace("-", "_").replace(".", "_"), ("config/llama_124m.py", f"--model={preset}"),
                        borrows="llama-124m")
        for preset, shape in PRESETS.items() if shape.get("architecture") == "llama" and preset not in
        ("llama-124m", "llama-210m", "llama-720m")},

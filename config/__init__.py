@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from data.tokenizer import TOKENIZERS
 from huggingface import hf_model_args, hf_source
-from model import PARAMETRIZATIONS, PRESETS, GPTConfig
-from errors import InputError
+from model import COMPONENTS, PARAMETRIZATIONS, PRESETS, GPTConfig
+from errors import ConfigError
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd")  # a config's values override the preset's; 0 keeps the preset's
 GPT2_ONLY = ("bias", "scale_attn_by_inverse_layer_idx")  # a Llama has neither (model_args)
@@ -71,6 +71,11 @@ class TrainConfig:
     # mup_base_width, the width the hyperparameters were tuned at (where mup equals sp)
     parametrization: str = GPTConfig.parametrization
     mup_base_width: int = GPTConfig.mup_base_width
+    # one component of the other architecture swapped in ("": the architecture's own): positions learned | rope,
+    # norm layernorm | rmsnorm, mlp gelu | swiglu (the GPT-2 against Llama study, docs/scaling.md)
+    positions: str = GPTConfig.positions
+    norm: str = GPTConfig.norm
+    mlp: str = GPTConfig.mlp
 
     # ---- batch: the GLOBAL batch in tokens; gradient accumulation is derived
     # as total_batch_size / (micro_batch_size * block_size * world_size).
@@ -205,10 +210,6 @@ def settable_keys(schema: type) -> list[str]:
     return [f.name for f in dataclasses.fields(schema) if f.metadata.get("settable", True)]
 
 
-class ConfigError(InputError, ValueError):
-    """A configuration that cannot run; the message names the key and the fix."""
-
-
 CHOICES = {  # the allowed values of the loop's keys that name a choice
     "init_from": ("scratch", "resume", "auto"),
     "tokenizer": TOKENIZERS,
@@ -218,6 +219,7 @@ CHOICES = {  # the allowed values of the loop's keys that name a choice
     "dtype": ("auto", "bfloat16", "float16", "float32"),
     "data_parallel": ("ddp", "fsdp"),
     "parametrization": PARAMETRIZATIONS,
+    **COMPONENTS,
     "compile_mode": ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"),
 }
 
@@ -504,7 +506,8 @@ def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], bas
             values.update(from_file)
     optimizer = values.get("optimizer", TrainConfig.optimizer)
     if not isinstance(optimizer, str) or optimizer not in hyperparameters:
-        raise ConfigError(f"config key 'optimizer' is {optimizer!r}; choose one of {', '.join(hyperparameters)}")
+        raise ConfigError(f"config key 'optimizer' is {optimizer!r}; choose one of {', '.join(hyperparameters)} (a "
+                          "registry name), or name one from outside the project as package.module:Name")
     loop_keys = set(settable_keys(TrainConfig))
     own_keys = {f.name for f in dataclasses.fields(hyperparameters[optimizer])}
     for key in values:

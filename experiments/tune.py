@@ -75,6 +75,7 @@ from errors import InputError, at_least, exit_on_input_error
 from experiments import sweep
 
 if TYPE_CHECKING:
+    from experiments.recipes import MiniRecipe
     from experiments.report import Run
 
 BASE = "config/mini.py"
@@ -251,13 +252,11 @@ def start_values(base: list[str], recipe_args: list[str], keys: list[str]) -> di
     return values
 
 
-def default_keys(base: list[str], recipe: str) -> list[str]:
+def default_keys(base: list[str], mini: MiniRecipe) -> list[str]:
     """The learning rate, the weight decay where the recipe's optimizer has one (Scion's constrained step and the
     hyperball optimizers' fixed norms take its place) and the recipe's own keys (experiments/recipes.py)."""
-    from experiments.recipes import mini_recipes
     from optim import load_config
 
-    mini = mini_recipes()[recipe]
     cfg = load_config(sweep.recipe_arguments(base, mini.args.split()))
     decay = ["weight_decay"] if hasattr(cfg.hyperparameters, "weight_decay") else []
     return ["learning_rate", *decay, *mini.tune]
@@ -398,15 +397,16 @@ def main(argv: list[str] | None = None) -> str:
     return out
 
 
-def planned_tunings(args: argparse.Namespace, base: list[str]
+def planned_tunings(args: argparse.Namespace, base: list[str], recipes: dict[str, MiniRecipe] | None = None
                     ) -> tuple[list[RecipeTuning], dict[str, list[str]], dict[str, dict[str, str]]]:
     """Each recipe's tuning as the command line asks (AdamW first), its train.py arguments, and every recipe's
     starting point (start.json's, else its config's): every point a search can reach first resolved as train.py
-    resolves it, so a bad key or value stops the command by name before any run."""
+    resolves it, so a bad key or value stops the command by name before any run. recipes: the mini recipes
+    (experiments.recipes), or these (experiments.compare's, an optimizer from outside among them)."""
     from experiments.budget_ladder import stretched
     from experiments.recipes import mini_recipes
 
-    recipes = mini_recipes()
+    recipes = recipes or mini_recipes()
     names = [n for n in args.recipes.split(",") if n] or list(recipes)
     unknown = [n for n in names if n not in recipes]
     if unknown:
@@ -428,7 +428,7 @@ def planned_tunings(args: argparse.Namespace, base: list[str]
         names = [n for n in names if n in starts]
     for name in names:
         keys = [k for k in args.keys.split(",") if k] or (check_keys(base, name) if args.check else
-                                                          default_keys(base, name))
+                                                          default_keys(base, recipes[name]))
         missing = [k for k in keys if k != "learning_rate" and k not in LADDERS]
         if missing:
             raise InputError(f"--keys: experiments.tune has no ladder of values for {missing[0]!r}; it tunes "
@@ -453,8 +453,8 @@ def planned_tunings(args: argparse.Namespace, base: list[str]
     return tunings, recipe_args_of, starts
 
 
-def tune_recipes(args: argparse.Namespace, base: list[str]) -> str:
-    tunings, recipe_args_of, starts = planned_tunings(args, base)
+def tune_recipes(args: argparse.Namespace, base: list[str], recipes: dict[str, MiniRecipe] | None = None) -> str:
+    tunings, recipe_args_of, starts = planned_tunings(args, base, recipes)
     if not args.report_only:  # (the report never changes where a later search starts)
         os.makedirs(args.folder, exist_ok=True)
         with open(os.path.join(args.folder, "start.json"), "w") as f:

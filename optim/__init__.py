@@ -5,12 +5,14 @@ Each entry names an optimizer (the config key `optimizer`), its hyperparameters 
 reads, their types, ranges and defaults, declared in its module: optim/contract.py) and its builder
 (its recipes for the CPU mini reproduction are experiments/recipes.py's). Config validation (load_config), resume checks,
 experiments/report.py, the sweep tool and the benchmarks read this table; adding an optimizer is one
-file in optim/ plus one entry here. What the training loop may ask of an optimizer is the contract
+file in optim/ plus one entry here. An optimizer from outside the project is named by its import path,
+package.module:Name (optim/external.py), and resolved when a config names it. What the training loop may ask of an optimizer is the contract
 in optim/contract.py; train.py never branches on an optimizer's name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from optim.cautious_adamw import CautiousAdamWHyperparameters, build_cautious_ad
 from optim.contract import Builder, Hyperparameters, Loop
 from optim.routing import HIDDEN, parameter_kinds
 from optim.dion import DionHyperparameters, build_dion
+from optim.external import is_import_path, spec_of as external_spec
 from optim.kron import KronHyperparameters, build_kron
 from optim.lion import LionHyperparameters, build_lion
 from optim.mars import MARS, MARSHyperparameters, build_mars
@@ -56,7 +59,37 @@ class OptimizerSpec:
     build: Builder
 
 
-OPTIMIZERS: dict[str, OptimizerSpec] = {
+class Registry(dict):
+    """The registry's table. A name written package.module:Name is an optimizer from outside the project
+    (optim/external.py): resolved when asked for (a bad path is a ConfigError naming it), never listed, so what
+    iterates the registry sees the project's own."""
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and is_import_path(name) and bool(self[name]))
+
+    def __missing__(self, name: str) -> OptimizerSpec:
+        if isinstance(name, str) and is_import_path(name):
+            return OptimizerSpec(name, *external_spec(name))
+        raise KeyError(name)
+
+
+class SettingsTable(Mapping):
+    """Each optimizer's Hyperparameters class, by name: the registry's view that config.load_config reads."""
+
+    def __getitem__(self, name: str) -> type[Hyperparameters]:
+        return OPTIMIZERS[name].hyperparameters
+
+    def __contains__(self, name: object) -> bool:
+        return name in OPTIMIZERS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(OPTIMIZERS)
+
+    def __len__(self) -> int:
+        return len(OPTIMIZERS)
+
+
+OPTIMIZERS: Registry = Registry({
     spec.name: spec
     for spec in (
         OptimizerSpec("adamw", AdamWHyperparameters, build_adamw),
@@ -88,8 +121,8 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec("adamh", AdamHHyperparameters, build_adamh),
         OptimizerSpec("muonh", MuonHHyperparameters, build_muonh),
     )
-}
-HYPERPARAMETERS = {name: spec.hyperparameters for name, spec in OPTIMIZERS.items()}
+})
+HYPERPARAMETERS = SettingsTable()
 
 
 def load_config(argv: list[str], base: dict[str, Any] | None = None) -> config.TrainConfig:

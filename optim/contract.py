@@ -35,7 +35,8 @@ from typing import Any, ClassVar, Iterator, NamedTuple
 
 import torch
 
-from config import ConfigError, check_types
+from config import check_types
+from errors import ConfigError
 
 
 def setting(default: Any, low: float | None = None, high: float | None = None, *, low_open: bool = False,

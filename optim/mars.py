@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from config import ConfigError
+from errors import ConfigError
 from optim.adamw import AdamWHyperparameters, SideAdamW
 from optim.contract import Loop, MatrixProducts, Product, SecondGradient, VarianceReduction, setting
 from optim.diagnostics import variance_reduction_stats

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from config import ConfigError
+from errors import ConfigError
 from optim.contract import Hyperparameters, Loop, beta, setting
 from optim.mars import KeptGradients
 from optim.moonlight import Moonlight, official_groups

@@ -90,7 +90,7 @@ class NewtonSchulzSettings(Hyperparameters):
     ns_coefficients: str = ns_coefficients_setting()  # NS5's quintic, Polar Express's, or the modded track's simple
 
     def __post_init__(self) -> None:
-        from config import ConfigError
+        from errors import ConfigError
 
         super().__post_init__()
         most = max_ns_steps(self.ns_coefficients)

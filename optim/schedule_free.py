@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from config import ConfigError
+from errors import ConfigError
 from optim.adamw import decay_routing
 from optim.contract import EvaluationWeights, GroupState, Hyperparameters, Loop, beta, setting
 from optim.routing import weight_decay_groups

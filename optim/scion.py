@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn as nn
 
-from config import ConfigError
+from errors import ConfigError
 from huggingface import hf_source
 from optim.contract import Loop, MatrixProducts, Product, positive, setting
 from optim.newton_schulz import (

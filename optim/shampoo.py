@@ -71,7 +71,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from config import ConfigError
+from errors import ConfigError
 from optim.adamw import SideAdamW
 from optim.contract import Loop, MatrixProducts, Product, beta, positive, setting
 from optim.routing import Route, routed_params, routing

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from config import ConfigError
+from errors import ConfigError
 from optim.adamw import decay_routing
 from optim.contract import Hyperparameters, Loop, MatrixProducts, Product, beta, setting
 from optim.routing import weight_decay_groups

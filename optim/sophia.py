@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from config import ConfigError
+from errors import ConfigError
 from optim.adamw import decay_routing
 from optim.contract import HessianEstimate, Hyperparameters, Loop, beta, positive, setting
 from optim.routing import weight_decay_groups

@@ -6,10 +6,14 @@
 #             decay, on a 3-point ladder that extends at its edge; seeds 1-3), then AdamW's budget ladder there
 #   transfer  learning rate x width (48, 96, 192; WIDTHS) for AdamW and Muon under sp and mup (base width 96),
 #             one seed: experiments.transfer's table and figure of each width's best learning rate
+#   swaps     GPT-2 against the Llama: AdamW and Muon at their tuned points, seeds 1-3, on the GPT-2 mini with one of
+#             the Llama's components at a time (rotary positions, RMSNorm, SwiGLU, no 1/(layer+1) attention scale;
+#             Muon's embeddings on its AdamW), and on the mini Llama: experiments.gaps' table of Muon's gap to AdamW
+#   betas     AGI-Arena/MARS issue 7: AdamW at MARS's betas and MARS (approx and exact) at AdamW's, seeds 1-3
 #   width192  width 192 (about 4x the non-embedding parameters) at 4x the tokens under mup from the tuned mini (the
 #             declared transfer rule), the transfer check and AdamW's ladder there
 # STAGES=tokens4x,transfer: only those; RECIPES: the recipes of the checks (default the mission's five).
-# Results in out/scale/<stage>/ (tuning.md, tuned/report/report.md; transfer.md and transfer.png).
+# Results in out/scale/<stage>/ (tuning.md, tuned/report/report.md; transfer.md and transfer.png; gaps.md).
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
 positive_int JOBS "${JOBS:-2}"
@@ -30,7 +34,7 @@ check_point() {
     python3 -m experiments.budget_ladder "$folder/tuned" --jobs "$JOBS" "$@" $stretch $tuned
 }
 
-IFS=, read -ra stages <<< "${STAGES:-tokens4x,transfer,width192}"
+IFS=, read -ra stages <<< "${STAGES:-tokens4x,transfer,swaps,betas,width192}"
 for stage in "${stages[@]}"; do
     case "$stage" in
         tokens4x) check_point "$root/tokens4x" ;;
@@ -45,7 +49,36 @@ for stage in "${stages[@]}"; do
                 --grid "adamw-sp:learning_rate=$adamw_rates" --grid "adamw-mup:learning_rate=$adamw_rates" \
                 --grid "muon-sp:learning_rate=$muon_rates" --grid "muon-mup:learning_rate=$muon_rates"
             python3 -m experiments.transfer "$root/transfer" ;;
+        swaps)  # GPT-2 against the Llama: one of the Llama's components at a time in the GPT-2 mini, then the Llama
+            python3 -m experiments.sweep "$root/swaps" config/mini.py --seeds 1,2,3 --jobs "$JOBS" \
+                --recipe "adamw@gpt2=config/mini_adamw.py" --recipe "muon@gpt2=config/mini_muon.py" \
+                --recipe "adamw@rope=config/mini_adamw.py --positions=rope" \
+                --recipe "muon@rope=config/mini_muon.py --positions=rope" \
+                --recipe "adamw@rmsnorm=config/mini_adamw.py --norm=rmsnorm" \
+                --recipe "muon@rmsnorm=config/mini_muon.py --norm=rmsnorm" \
+                --recipe "adamw@swiglu=config/mini_adamw.py --mlp=swiglu" \
+                --recipe "muon@swiglu=config/mini_muon.py --mlp=swiglu" \
+                --recipe "adamw@no-layer-scale=config/mini_adamw.py --scale_attn_by_inverse_layer_idx=False" \
+                --recipe "muon@no-layer-scale=config/mini_muon.py --scale_attn_by_inverse_layer_idx=False" \
+                --recipe "adamw@embeddings-on-adamw=config/mini_adamw.py" \
+                --recipe "muon@embeddings-on-adamw=config/mini_muon.py --muon_embeddings_on_adamw=True" \
+                --recipe "adamw@llama=config/mini_llama.py config/mini_adamw.py" \
+                --recipe "muon@llama=config/mini_llama.py config/mini_muon.py"
+            python3 -m experiments.gaps "$root/swaps" \
+                --variants gpt2,rope,rmsnorm,swiglu,no-layer-scale,embeddings-on-adamw,llama ;;
+        betas)  # AGI-Arena/MARS issue 7: AdamW at MARS's betas (0.95, 0.99), MARS at AdamW's (0.9, 0.95)
+            mars_approx="config/mini_mars.py config/mini_mars_approx.py"
+            mars_exact="config/mini_mars.py config/mini_mars_exact.py"
+            python3 -m experiments.sweep "$root/betas" config/mini.py --seeds 1,2,3 --jobs "$JOBS" \
+                --recipe "adamw@0.9-0.95=config/mini_adamw.py" \
+                --recipe "adamw@0.95-0.99=config/mini_adamw.py --beta1=0.95 --beta2=0.99" \
+                --recipe "mars_approx@0.95-0.99=$mars_approx" \
+                --recipe "mars_approx@0.9-0.95=$mars_approx --beta1=0.9 --beta2=0.95" \
+                --recipe "mars_exact@0.95-0.99=$mars_exact" \
+                --recipe "mars_exact@0.9-0.95=$mars_exact --beta1=0.9 --beta2=0.95"
+            python3 -m experiments.gaps "$root/betas" --variants 0.9-0.95,0.95-0.99 ;;
         width192) check_point "$root/width192" --n_embd=192 --parametrization=mup --mup_base_width=96 ;;
-        *) echo "error: STAGES holds '$stage'; the stages are tokens4x, transfer, width192" >&2; exit 2 ;;
+        *) echo "error: STAGES holds '$stage'; the stages are tokens4x, transfer, swaps, betas, width192" >&2
+           exit 2 ;;
     esac
 done

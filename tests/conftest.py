@@ -127,7 +127,7 @@ def torchrun(nproc: int, *rendezvous: str) -> list[str]:
             "--no-python", PYTHON]
 
 # A model small enough that a train.py run takes seconds on CPU.
-TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--bias=True"]
+TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32"]  # (GPT-2 with biases: the default)
 
 
 def patterned_tokens(rng: np.random.Generator, count: int) -> np.ndarray:

@@ -72,11 +72,22 @@ def flags_of(module: str) -> set[str]:
     return set(re.findall(r"--([a-z][a-z0-9_-]*)", proc.stdout))
 
 
+def external_keys(path: str) -> set[str]:
+    """The config keys of an optimizer from outside the project (none where the path is a placeholder's)."""
+    try:
+        return set(HYPERPARAMETERS[path].__dataclass_fields__)
+    except ConfigError:
+        return set()
+
+
 def unknown_keys(page: Path) -> list[str]:
     """--key=value settings on a line that train.py would refuse, or that the module the line runs does
-    not list; a line's command is the nearest `python -m MODULE` on it or the lines above in its block."""
+    not list; a line's command is the nearest `python -m MODULE` on it or the lines above in its block. A line
+    that names an optimizer from outside the project (--optimizer=package.module:Name) may set its keys too."""
     out, command = [], None
     for line in page.read_text().splitlines():
+        external = {name for path in re.findall(r"--optimizer=([\w.]+:[\w.]+)", line)
+                    for name in external_keys(path)}
         if line.startswith("```") or not line.strip():
             command = None
         modules = [m for m in MODULE.findall(line) if m not in TOOLS]
@@ -85,8 +96,8 @@ def unknown_keys(page: Path) -> list[str]:
         if modules:
             command = modules[-1]
         for key in KEY.findall(line):
-            if key == "key" or f"unknown config key '{key}'" in line:  # a placeholder; an error's own example
-                continue
+            if key == "key" or f"unknown config key '{key}'" in line or key in external:  # (a placeholder; an
+                continue  # error's own example; an external optimizer's keyword argument)
             if command and command not in ("train",):
                 if key not in flags_of(command) and key not in TRAIN_KEYS:
                     out.append(f"{page.name}: --{key}= is not an option of python -m {command}")

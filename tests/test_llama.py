@@ -129,10 +129,17 @@ def test_odd_head_size_is_a_named_config_error():
 
 
 def test_a_llama_config_records_the_model_it_builds():
-    """A Llama has no biases whatever bias says (the schema's default, True, is GPT-2's): its resolved config, the
-    one config.json records, says bias=False, while a GPT-2 config keeps its own setting."""
+    """A Llama has no biases whatever the schema's default (True, GPT-2's) or a config file says: its resolved config,
+    the one config.json records, says bias=False and no 1/(layer+1) scale, while a GPT-2 config keeps its own
+    settings; either asked for on the command line with a Llama is refused by name, never dropped."""
+    from config import ConfigError
+
     assert load_config(["config/llama_124m_mars.py"]).to_dict()["bias"] is False
-    assert load_config(["config/llama_124m_mars.py", "--bias=True"]).to_dict()["bias"] is False
+    mini_llama = load_config(["config/mini.py", "config/mini_llama.py"]).to_dict()  # (mini.py's scale: dropped)
+    assert (mini_llama["bias"], mini_llama["scale_attn_by_inverse_layer_idx"]) == (False, False)
+    for override in ("--bias=True", "--scale_attn_by_inverse_layer_idx=True"):
+        with pytest.raises(ConfigError, match=f"{override}: model 'llama-124m' is a Llama"):
+            load_config(["config/llama_124m_mars.py", override])
     assert load_config(["config/mini.py", "--bias=True"]).to_dict()["bias"] is True
 
 
@@ -144,8 +151,9 @@ def test_a_tiny_llama_learns_and_a_gpt2_checkpoint_is_refused_under_it(tiny_data
         assert json.load(f)["config"]["bias"] is False
     losses = [row["val_loss"] for row in read_metrics(out, "val")]
     assert losses[-1] < losses[0] - 0.1, losses
-    # a GPT-2 resume of this Llama run, and a Llama resume of a GPT-2 run: refused by name, before any step
-    proc = run_train(args + ["--init_from=resume", "--max_iters=14"], check=False)
+    # a GPT-2 resume of this Llama run, and a Llama resume of a GPT-2 run: refused by name, before any step (no
+    # config file on the line: the run's own config, here asked to be a GPT-2)
+    proc = run_train(args + ["--init_from=resume", "--max_iters=14", "--model=small"], check=False)
     assert proc.returncode == 2 and "holds a Llama model and the config asks for a GPT-2" in proc.stderr
     gpt2_out = str(tmp_path / "gpt2")
     run_train(tiny_run_args(tiny_dataset, gpt2_out, max_iters=2, eval_interval=2), check=True)
@@ -175,3 +183,46 @@ def test_a_preset_shape_override_keeps_the_presets_mlp_rule():
     for preset, hidden in (("llama-130m", 4 * 64), ("llama-124m", 256)):
         cfg = load_config(["config/mini.py", f"--model={preset}", "--n_layer=2", "--n_head=2", "--n_embd=64"])
         assert GPT(GPTConfig(**cfg.model_args())).transformer.h[0].mlp.w1.out_features == hidden, preset
+
+
+# ----------------------------------------------------------------------------- one component swapped (docs/scaling.md)
+
+SWAP_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--vocab_size=64", "--bias=False"]
+
+
+@pytest.mark.parametrize("swap, module_of", [("--positions=rope", lambda m: m.transformer.h[0].attn.rotary_config),
+                                             ("--norm=rmsnorm", lambda m: type(m.transformer.ln_f).__name__ == "RMSNorm"),
+                                             ("--mlp=swiglu", lambda m: type(m.transformer.h[0].mlp).__name__ == "SwiGLU")])
+def test_one_llama_component_swaps_into_a_gpt2(swap, module_of):
+    gpt2 = GPT(GPTConfig(**load_config(SWAP_MODEL).model_args()))
+    swapped = GPT(GPTConfig(**load_config([*SWAP_MODEL, swap]).model_args()))
+    assert not module_of(gpt2) and module_of(swapped)
+    assert ("wpe" in swapped.transformer) == (swap != "--positions=rope")
+
+
+def test_a_gpt2_with_every_llama_component_computes_the_llama():
+    """GPT-2 with rotary positions, RMSNorm, SwiGLU, no biases and no 1/(layer+1) scale is the Llama: the same
+    parameters by name, and the same logits from the same weights."""
+    llama_cfg = load_config([*SWAP_MODEL, "--model=llama-124m"])
+    gpt2_cfg = load_config([*SWAP_MODEL, "--positions=rope", "--norm=rmsnorm", "--mlp=swiglu",
+                            "--scale_attn_by_inverse_layer_idx=False"])
+    llama, gpt2 = GPT(GPTConfig(**llama_cfg.model_args())), GPT(GPTConfig(**gpt2_cfg.model_args()))
+    assert llama.state_dict().keys() == gpt2.state_dict().keys()
+    gpt2.load_state_dict(llama.state_dict())
+    tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(gpt2(tokens, all_logits=True)[0], llama(tokens, all_logits=True)[0], rtol=0, atol=0)
+
+
+def test_a_swapped_model_is_refused_where_it_is_not_modelled():
+    """The Hugging Face export (a GPT2LMHeadModel cannot compute rotary positions) and bench.memory (its terms are
+    the two architectures') name the swap instead of computing something else."""
+    from bench.memory import Run, moment_items
+    from errors import InputError
+    from huggingface import hf_config
+
+    cfg = load_config([*SWAP_MODEL, "--positions=rope"])
+    with pytest.raises(InputError, match="positions"):
+        hf_config(GPTConfig(**cfg.model_args()))
+    with pytest.raises(InputError, match="bench.memory models GPT-2 and the Llama as they are"):
+        moment_items(Run(cfg, world_size=1), [])

@@ -145,7 +145,8 @@ def test_a_mup_run_resumes_bit_exact_and_refuses_sp(tiny_dataset, tmp_path):
     a, b = load_weights(straight), load_weights(halves)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert read_metrics(straight, "val")[-1]["val_loss"] == read_metrics(halves, "val")[-1]["val_loss"]
-    sp_resume = tiny_run_args(tiny_dataset, halves, max_iters=12, init_from="resume", n_embd=64, **common)
+    sp_resume = tiny_run_args(tiny_dataset, halves, max_iters=12, init_from="resume", n_embd=64,
+                              parametrization="sp", mup_base_width=0, **common)  # (asked for: the run's is mup)
     proc = run_train(sp_resume, check=False)
     assert proc.returncode == 2 and "parametrization" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -1,0 +1,43 @@
+"""experiments.compare: the recipe it tunes for a name, the committed tuned AdamW unpacked and replayed for its run cap
+(the estimate printed before any run), and the row it prints, on the committed runs themselves (a recipe whose tuned
+point is the tuned AdamW's own runs must come out at 1x, p = 1)."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, REPO
+from errors import InputError
+from experiments import compare
+
+
+@pytest.mark.quick
+def test_the_recipe_for_a_name():
+    assert compare.recipe_for("muon", [])[0] == "muon"
+    assert compare.recipe_for("mars", [])[0] == "mars_exact"  # (a registry optimizer: its first mini recipe)
+    name, recipe = compare.recipe_for("torch.optim:Muon", ["--external_params=matrices", "--learning_rate=0.02"])
+    assert name == "torch_optim_Muon" and recipe.args.split() == [
+        "--optimizer=torch.optim:Muon", "--external_params=matrices", "--learning_rate=0.02"]
+    assert recipe.tune == ("warmup_iters",)
+    with pytest.raises(InputError, match="tuned from its mini recipe"):
+        compare.recipe_for("muon", ["--learning_rate=1"])
+    with pytest.raises(InputError, match="no mini recipe or registry optimizer 'muonn'"):
+        compare.recipe_for("muonn", [])
+
+
+def test_the_estimate_and_the_row_from_the_committed_tuned_adamw(tmp_path):
+    """The estimate, before any run: AdamW's search replayed from its committed runs (30) plus seeds 2-4 and the
+    sensitivity. The row: a recipe whose tuned point is AdamW's own four seeds is 1x over the tuned AdamW."""
+    folder = str(tmp_path / "cmp")
+    proc = subprocess.run([PYTHON, "-m", "experiments.compare", "torch.optim:Muon", "--external_params=matrices",
+                           "--learning_rate=0.02", "--estimate", "--folder", folder], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "torch_optim_Muon on the GPT-2 mini: at most 35 runs to go, about" in proc.stdout, proc.stdout
+    os.makedirs(os.path.join(folder, "tuned", "twin", "base"))
+    for seed in (1, 2, 3, 4):
+        os.symlink(os.path.realpath(os.path.join(folder, "tuned", "adamw", "base", f"seed{seed}")),
+                   os.path.join(folder, "tuned", "twin", "base", f"seed{seed}"))
+    row = compare.the_row(folder, "twin", "results/tune/speedups.csv")
+    assert row.startswith("| AdamW | 2.281 ± 0.023 | 1x (") and "| p = 1 |" in row, row
