@@ -6,11 +6,8 @@ Checkpoints, by concept:
   resume.py      loading either format, the newest that loads, the checks a resume passes, restoring the state
   evaluation.py  the model a checkpoint, a run or a folder of runs holds, for eval/, sample.py and the export
 
-Re-exported here: the names train.py, sample.py, eval/, experiments/ and the tests import from `checkpoint`.
-Every other public name of the single checkpoint.py this package replaced (model_from_checkpoint, verify_checksum,
-load_sharded_state, ...) lives in one of the four files: `from checkpoint import verify_checksum` raises an
-ImportError naming it ("checkpoint.verify_checksum moved: import it from checkpoint.file"; MOVED). A private or
-unknown name is a plain AttributeError.
+Re-exported here: the names train.py, sample.py, eval/, experiments/ and the tests import from `checkpoint`; every
+other name is imported from the file that defines it.
 """
 
 from checkpoint.evaluation import load_model
@@ -24,25 +21,3 @@ __all__ = [
     "restore_training_state", "run_meta", "save_checkpoint", "step_path", "verify_manifest",
 ]
 
-
-# The public names of the single checkpoint.py that moved into this package's files without a re-export here, by
-# the file that defines them now (a fixed historical fact; tests/test_checkpoints.py checks each is defined there).
-MOVED = {
-    "file": ("LATEST", "BEST", "CHECKSUMS", "tensor_records", "tensor_sha256", "verify_records", "rotate",
-             "step_checkpoints", "remove_checkpoint", "recorded_checksum", "verify_checksum", "unreadable"),
-    "sharded": ("META", "MANIFEST", "dcp_folder", "load_sharded_meta", "initialize_optimizer_state",
-                "load_sharded_state", "named_optimizer_state"),
-    "resume": ("STATE_KEYS", "RESUME_ONLY_KEYS", "stored_model_args"),
-    "evaluation": ("model_from_checkpoint", "is_run_folder", "tokenizer_of"),
-}
-
-
-def __getattr__(name: str):
-    """An old `from checkpoint import <name>` (or checkpoint.<name>) names the file that holds it now. An
-    ImportError, not an AttributeError: `from checkpoint import x` turns an AttributeError into its own
-    "cannot import name", dropping the message."""
-    module = next((f"checkpoint.{file}" for file, names in MOVED.items() if name in names), None)
-    if module is None:
-        raise AttributeError(f"module 'checkpoint' has no attribute '{name}'", name=name)
-    raise ImportError(f"checkpoint.{name} moved: import it from {module} (from {module} import {name})",
-                      name=__name__)

@@ -66,15 +66,3 @@ def open_shard(path: str) -> np.memmap:
     """Memory-map a shard's tokens after validating its header."""
     count = read_header(path)
     return np.memmap(path, dtype=TOKEN_DTYPE, mode="r", offset=HEADER_BYTES, shape=(count,))
-
-
-def __getattr__(name: str):
-    """The file helpers this module held (file_sha256, fsync_directory; atomic_write, which it still imports)
-    moved to files.py: an old `from data.shards import file_sha256` names their new module. An ImportError, as
-    `from data.shards import x` would turn an AttributeError into a bare "cannot import name"."""
-    import files
-
-    if not name.startswith("_") and getattr(getattr(files, name, None), "__module__", None) == files.__name__:
-        raise ImportError(f"data.shards.{name} moved: import it from files (from files import {name})",
-                          name=__name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name)

@@ -1,6 +1,5 @@
 """The layout of issue 62: the experiment tools as the experiments package (each `python -m experiments.<tool>`,
-its usage line saying so, a file run directly naming the command), the old `scripts.<tool>` names failing with a
-message naming the new one (scripts/__init__.py's MOVED, through real interpreters), the published rankings as
+its usage line saying so, a file run directly naming the command), the published rankings as
 data files with their sources, and the generated tables of the README and docs/reproducing.md equal to what
 `python -m experiments.tables` makes of the committed results."""
 
@@ -14,31 +13,10 @@ import pytest
 from conftest import PYTHON, REPO
 
 TOOLS = ("sweep", "tune", "report", "batch_ladder", "budget_ladder", "rankings", "tables")
-MOVED = ("sweep", "tune", "report", "batch_ladder", "budget_ladder", "rankings")
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([PYTHON, *args], capture_output=True, text=True, cwd=REPO, timeout=300)
-
-
-def test_each_old_name_exits_naming_its_new_module():
-    """python -m scripts.<tool> prints where it moved and exits 2, without a traceback; an import of it raises
-    an ImportError naming the new module (not a bare 'No module named')."""
-    for tool in MOVED:
-        proc = run("-m", f"scripts.{tool}", "--help")
-        assert proc.returncode == 2, (tool, proc.returncode, proc.stderr)
-        assert f"scripts.{tool} moved: run python -m experiments.{tool}" in proc.stderr, proc.stderr
-        assert "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
-    code = ("import scripts\n"
-            "for tool in sorted(scripts.MOVED):\n"
-            "    try:\n"
-            "        exec(f'from scripts import {tool.split(\".\")[1]}')\n"
-            "    except ImportError as e:\n"
-            "        print(e)\n")
-    proc = run("-c", code)
-    assert proc.returncode == 0, proc.stderr
-    assert sorted(proc.stdout.splitlines()) == sorted(
-        f"scripts.{tool} moved: import experiments.{tool} (python -m experiments.{tool})" for tool in MOVED)
 
 
 def test_a_tool_run_as_a_file_names_the_command():
@@ -61,7 +39,7 @@ def test_every_tool_runs_as_a_module_and_its_usage_line_says_so():
 def test_scripts_holds_only_launchers():
     files = [p.relative_to(REPO / "scripts") for p in (REPO / "scripts").rglob("*") if p.is_file()
              and "__pycache__" not in p.parts]
-    assert sorted(str(f) for f in files if f.suffix not in (".sh", ".sbatch")) == ["__init__.py"], files
+    assert sorted(str(f) for f in files if f.suffix not in (".sh", ".sbatch")) == [], files
 
 
 @pytest.mark.quick
