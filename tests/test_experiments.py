@@ -199,3 +199,42 @@ def test_an_untuned_row_says_whether_its_search_has_begun(tmp_path):
     assert "| search under way (9 runs) |" in rows["Lion"]
     assert "| not yet tuned |" in rows["Sophia"]
     assert "not yet" not in rows["Muon"] and "under way" not in rows["Muon"]
+
+
+# The modules outside optim/, config/ and the mini recipes' table (experiments/recipes.py) that name a registry
+# optimizer other than AdamW (the reference every comparison is to), each with why: an experiment's or a table's own
+# choice of a few, which adding an optimizer never edits. Any other name is a list that adding one would have to
+# edit, which derives from the registry instead (docs/optimizers.md#adding-an-optimizer).
+NAMED_OUTSIDE_OPTIM = {
+    ("bench/memory.py", "mars"): "the README's memory rows, MARS-approx and MARS-exact beside AdamW and Muon",
+    ("bench/memory.py", "muon"): "the README's memory rows",
+    ("bench/recipes.py", "mars"): "MARS's two benchmark variants, exact and approx",
+    ("bench/optimizer_step.py", "mars"): "the MARS-Shampoo variant of its step benchmark",
+    ("bench/optimizer_step.py", "mars-m"): "the efficient MARS-M variant of its step benchmark",
+    ("experiments/batch_ladder.py", "muon"): "the batch-size ladder's two optimizers",
+    ("experiments/sweep.py", "signum"): "a signal's number (getattr(e, 'signum')), not the optimizer",
+    ("experiments/tune.py", "signum"): "a signal's number (getattr(e, 'signum')), not the optimizer",
+    **{("experiments/tables.py", name): "the 2026 group's rows of the README's table (the README names them too)"
+       for name in ("adamh", "adamuon", "dion", "muon", "muonclip", "muonh", "normuon", "shampoo", "mars")},
+}
+
+
+def test_no_module_outside_optim_keeps_a_list_of_optimizers():
+    """Adding an optimizer touches its module, its registry line, its recipes (rows of experiments/recipes.py's
+    table), its test and its row in docs/optimizers.md: no other module names it. Each name a module outside those
+    writes as a string is in NAMED_OUTSIDE_OPTIM, with its reason; a new one fails here."""
+    import ast
+
+    from optim import OPTIMIZERS
+
+    files = subprocess.run(["git", "ls-files", "*.py"], capture_output=True, text=True, cwd=REPO,
+                           check=True).stdout.split()
+    names, named = set(OPTIMIZERS), set()  # (the registry's own: iterating it lists no import path)
+    for file in files:
+        if file.startswith(("optim/", "config/", "tests/")) or file == "experiments/recipes.py":
+            continue
+        for node in ast.walk(ast.parse((REPO / file).read_text())):
+            if isinstance(node, ast.Constant) and node.value in names and node.value != "adamw":
+                named.add((file, node.value))
+    assert named <= set(NAMED_OUTSIDE_OPTIM), sorted(named - set(NAMED_OUTSIDE_OPTIM))
+    assert set(NAMED_OUTSIDE_OPTIM) <= named, sorted(set(NAMED_OUTSIDE_OPTIM) - named)  # (no stale reason)
