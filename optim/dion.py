@@ -66,14 +66,15 @@ Q_SEED = 0  # Q's generator is seeded with this plus the parameter's position in
 class DionHyperparameters(Hyperparameters):
     mup_hidden_rule: ClassVar[str] = "spectral"  # (contract.Hyperparameters)
     # The authors' GPT recipe (configs/dion_160m.yaml): lr 0.02, mu 0.95, weight decay 0.01, rank fraction 0.5,
-    # AdamW (betas 0.95/0.98) on the embeddings and the head
+    # AdamW on the embeddings and the head with betas 0.9/0.95: their train.py writes betas=(0.95, 0.98) into those
+    # groups, a key their Dion never reads (it reads beta1 and beta2, from its own default betas=(0.9, 0.95))
     weight_decay: float = setting(0.01, 0.0)  # the matrices' (the scalar optimizer's parameters: none)
     dion_momentum: float = beta(0.95)  # mu
     rank_fraction: float = setting(0.5, 0.0, 1.0, low_open=True)  # r / min(m, n)
     rank_multiple_of: int = setting(1, 1)  # r rounded up to a multiple of this
     dion_eps: float = setting(1e-8, 0.0)  # Q's column normalisation's epsilon (and the AdamW's eps)
-    beta1_1d: float = beta(0.95)  # the AdamW's, on the embeddings, the head and the 1-D parameters
-    beta2_1d: float = beta(0.98)
+    beta1_1d: float = beta(0.9)  # the AdamW's, on the embeddings, the head and the 1-D parameters
+    beta2_1d: float = beta(0.95)
 
     state_keys = ("rank_fraction", "rank_multiple_of")
 

@@ -1,9 +1,10 @@
 """
-MuonClip (Kimi Team, "Kimi K2: Open Agentic Intelligence", arXiv 2507.20534, Algorithm 1): Moonlight's Muon (its
-update RMS matched to AdamW's, decoupled weight decay: optim/moonlight.py) followed, every step, by QK-clip, which
-caps each attention head's largest logit at tau by shrinking that head's query and key weights:
+MuonClip (Kimi Team, "Kimi K2: Open Agentic Intelligence", arXiv 2507.20534, Algorithm 1): Muon with its update RMS
+matched to AdamW's and decoupled weight decay (Moonlight's step, optim/moonlight.py, with Algorithm 1's plain
+momentum M_t = mu M_{t-1} + G_t: Moonlight's code adds Nesterov's, muon_nesterov=True) followed, every step, by
+QK-clip, which caps each attention head's largest logit at tau by shrinking that head's query and key weights:
 
-    Moonlight's step on every parameter (Algorithm 1, lines 1-6)
+    O = NS5(M) * 0.2 sqrt(max(n, m));  W <- W - lr (O + weight_decay W)    (Algorithm 1's Muon step)
     for each attention head h of every layer:
         S_max^h = the largest pre-softmax logit q_i . k_j / sqrt(d) of head h over the step's batch
                   (causal pairs j <= i, every sequence of every micro-batch on every rank)
@@ -35,6 +36,7 @@ from optim.sharding import local, local_rows
 
 @dataclass
 class MuonClipHyperparameters(MoonlightHyperparameters):
+    muon_nesterov: bool = False  # Algorithm 1's plain momentum (True: Moonlight's code's Nesterov)
     qk_clip_tau: float = positive(100.0)  # the largest attention logit QK-clip allows (Kimi K2's 100)
 
     def display_name(self) -> str:

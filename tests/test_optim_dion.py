@@ -3,7 +3,8 @@ Dion (optim/dion.py) against a float64 restatement of its authors' reference imp
 0a059a4, dion/dion_reference.py (the single-device path of Dion.step: dion_update, power_iteration, orthogonalize
 with its default "rcqr", fix_all_zero_or_nan; the init of Q and the rank in _init_opt_state_dion) and
 dion/scalar_opts.py (adamw_update), with the routing of its train.py (the blocks' matrices on Dion, the embeddings
-and the head on AdamW with betas 0.95/0.98, undecayed, at the same learning rate). Run through the registry on a
+and the head on AdamW, undecayed, at the same learning rate) and the betas their Dion reads there: its own default
+(0.9, 0.95) (AUTHORS_SCALAR_BETAS: train.py's betas=(0.95, 0.98) goes into a group key Dion never reads). Run through the registry on a
 tiny GPT on the same gradients (test_baselines.py's) for several steps, at a changing learning rate.
 
 Restated in float64 throughout: the reference casts to float32 inside orthogonalize() and for Q's column
@@ -62,6 +63,10 @@ def reference_dion(X, G, state, lr, mu, weight_decay, epsilon, rng):
     X.add_(update, alpha=-(X.size(0) / X.size(1)) ** 0.5 * lr)
 
 
+# microsoft/dion at 0a059a4: Dion(betas=(0.9, 0.95)) in dion/dion.py, each group's beta1 and beta2 from it
+AUTHORS_SCALAR_BETAS = (0.9, 0.95)
+
+
 def reference_adamw(X, G, state, lr, beta1, beta2, epsilon, step):
     """scalar_opts.adamw_update, weight decay 0."""
     M = state.setdefault("M", torch.zeros_like(X))
@@ -102,7 +107,7 @@ def run_against_reference(dtype: torch.dtype, **settings) -> tuple[float, float]
             if dion:
                 reference_dion(p, g, state, lr, hp.dion_momentum, hp.weight_decay, hp.dion_eps, rng)
             else:
-                reference_adamw(p, g, state, lr, hp.beta1_1d, hp.beta2_1d, hp.dion_eps, step + 1)
+                reference_adamw(p, g, state, lr, *AUTHORS_SCALAR_BETAS, hp.dion_eps, step + 1)
     errors = [((p.detach().double() - q).norm() / q.norm()).item() for p, q in zip(model.parameters(), reference)]
     return (max(e for e, dion in zip(errors, on_dion) if dion), max(e for e, dion in zip(errors, on_dion) if not dion))
 

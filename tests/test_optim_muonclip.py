@@ -20,6 +20,7 @@ from optim.moonlight import Moonlight
 from test_optim import TINY, tiny_config
 
 STEPS = 6
+K2_NESTEROV = False  # Algorithm 1's momentum, M_t = mu M_{t-1} + G_t: plain (Moonlight's code adds Nesterov's)
 LLAMA = dict(architecture="llama", bias=False)
 
 
@@ -91,7 +92,8 @@ def test_muonclip_is_moonlight_then_kimi_k2s_qk_clip(architecture):
     by_name = dict(reference.named_parameters())
     base = Moonlight([dict(params=[by_name[names[id(p)]] for p in g["params"]], use_muon=g["use_muon"])
                       for g in optimizers[torch.float64].param_groups], lr=cfg.learning_rate, wd=hp.weight_decay,
-                     momentum=hp.beta1, adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps, compiled=False)
+                     momentum=hp.beta1, nesterov=K2_NESTEROV, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
+                     adamw_eps=hp.eps, compiled=False)
     clipped = 0
     for step in range(STEPS):
         micro_batches = [batch(2 * step + i, config) for i in range(2)]
