@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import os
 import re
 import subprocess
 
@@ -154,3 +155,15 @@ def test_help_after_config_files_shows_their_values_and_print_config_the_resolve
     proc = subprocess.run([PYTHON, "train.py", *args, "--learning_rat=1", "--print_config"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown config key 'learning_rat'" in proc.stderr and not proc.stdout
+
+
+@pytest.mark.quick
+def test_help_lists_every_schedule_and_an_export_folder_is_ignored():
+    """train.py --help's schedule line names every lr_schedule choice (onecycle was missing); the folder
+    docs/evaluation.md exports into (hf/) is ignored by git, as out/ is."""
+    from config import CHOICES
+    from optim import help_text
+
+    schedule_line = next(line for line in help_text([]).splitlines() if "learning-rate schedule" in line)
+    assert all(choice in schedule_line for choice in CHOICES["lr_schedule"]), schedule_line
+    assert subprocess.run(["git", "check-ignore", "-q", "hf/model.safetensors"], cwd=REPO).returncode == 0

@@ -30,3 +30,24 @@ def test_quickstart_corpus_and_a_short_training(tmp_path):
     first, last = (float(line.split()[-1]) for line in (val_lines[0], val_lines[-1]))
     assert last < first - 2.0
     assert "---- sample ----" in proc.stdout
+
+
+def test_the_quickstart_says_what_it_installs_before_it_installs(tmp_path):
+    """scripts/quickstart.sh, its python3 a stand-in that records each command (no torch: the first install runs):
+    a line saying what is being installed comes before each pip command, which is quiet for a minute or two on a
+    fresh machine."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/usr/bin/env bash\necho "python3 $*" >> {log}\necho "ran: python3 $*"\n'
+                    '[[ "$1" == "-c" ]] && exit 1\nexit 0\n')  # (import torch fails: torch must be installed)
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "quickstart.sh")], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    torch_install = lines.index("ran: python3 -m pip install torch==2.13.0")
+    requirements = lines.index("ran: python3 -m pip install --quiet -r requirements.txt")
+    assert lines[torch_install - 1].startswith("installing torch 2.13.0"), lines
+    assert lines[requirements - 1].startswith("installing requirements.txt"), lines
