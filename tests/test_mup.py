@@ -29,7 +29,7 @@ def built(args: list[str]) -> tuple[GPT, torch.optim.Optimizer]:
     return model, build_optimizer(model, cfg, "cpu")
 
 
-def stepped_weights(args: list[str], steps: int = 3) -> list[torch.Tensor]:
+def stepped_weights(args: list[str], steps: int = 2) -> list[torch.Tensor]:
     """The weights after `steps` steps on fixed random gradients."""
     model, optimizer = built(args)
     gen = torch.Generator().manual_seed(1)
