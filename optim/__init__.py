@@ -6,8 +6,8 @@ reads, their types, ranges and defaults, declared in its module: optim/contract.
 (its recipes for the CPU mini reproduction are experiments/recipes.py's). Config validation (load_config), resume checks,
 experiments/report.py, the sweep tool and the benchmarks read this table; adding an optimizer is one
 file in optim/ plus one entry here. An optimizer from outside the project is named by its import path,
-package.module:Name (optim/external.py), and resolved when a config names it. What the training loop may ask of an optimizer is the contract
-in optim/contract.py; train.py never branches on an optimizer's name.
+package.module:Name (optim/external.py), and resolved when a config names it. What the training loop may ask
+of an optimizer is the contract in optim/contract.py; train.py never branches on an optimizer's name.
 """
 
 from __future__ import annotations
