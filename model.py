@@ -22,6 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from data.loader import LABEL_DRAW_RANGE
+
 
 @dataclass
 class GPTConfig:
@@ -114,7 +116,6 @@ def fan_in_multiplier(config: GPTConfig, fan_in: int) -> float:
 # fast as whole ones. (A module constant: torch.compile does not trace a Function that reads its class's
 # attributes, and runs it eagerly instead, silently: 32% fewer tokens/s on an H100.)
 CROSS_ENTROPY_CHUNK_ROWS = 4096
-LABEL_DRAW_RANGE = 2**24  # sampled_labels' draws are integers below it: u = draw / 2^24, exact in fp32
 
 
 class LinearCrossEntropy(torch.autograd.Function):

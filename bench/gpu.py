@@ -9,7 +9,7 @@ each step split into forward-backward and optimizer time, with train.py's own st
     python -m bench.gpu --models small --optimizers adamw --memory-only "" --micro-batch 32 --profile-steps 3
                                                           # where a step's time goes, by kind of kernel
 
-A row's config is the paper config of its model and optimizer (config/gpt2_<model>_<optimizer>.py,
+A row's config is the paper config of its model and optimizer (its cell in config/cells.py,
 through optim.load_config, so the registry builds the optimizer as train.py does) with bf16,
 compile=True (the model and the optimizers' element-wise rules) and one micro-batch of the config's
 micro_batch_size per step (--micro-batch, --grad-accum change that). Each row runs --warmup steps

@@ -1,10 +1,10 @@
 """
-The paper settings as one table: (model preset, optimizer variant) -> the config files and overrides of that run.
-bench.gpu's rows and bench.memory's tables read it; tests/test_paper_configs.py checks that every entry's files exist
-and load, and that every config/gpt2_<size>_<optimizer>.py and config/llama_<size>_<optimizer>.py is in it.
+The paper settings for every model preset and optimizer variant: (model preset, optimizer variant) -> the config
+files and overrides of that run. bench.gpu's rows and bench.memory's tables read it; tests/test_paper_configs.py
+checks that every entry loads, and that every cell of config/cells.py is in it.
 
 A setting (a model preset: small ... xl, llama-124m ...) is its model, batch and schedule (`recipe`) and the
-optimizers with a file of their own, config/<stem>_<optimizer>.py (found on disk, never listed here). An optimizer
+optimizers with a cell of their own, <stem>_<optimizer> (config/cells.py's table, never listed here). An optimizer
 without one is composed by one of two rules, each written once, in `compose`:
 - a setting that `borrows` another (the Llama sizes): that setting's optimizer file on this size's recipe
   (Semenov et al. keep each optimizer's 124M settings at every size);
@@ -14,6 +14,7 @@ without one is composed by one of two rules, each written once, in `compose`:
 import os
 from dataclasses import dataclass
 
+from config.cells import CELLS
 from model import PRESETS
 from optim import OPTIMIZERS
 
@@ -32,10 +33,10 @@ for _name in OPTIMIZERS:
 
 @dataclass(frozen=True)
 class Setting:
-    """A model preset's paper setting: config/<stem>_<optimizer>.py for each optimizer that has one (found on disk:
-    adding an optimizer's file adds it here); `recipe` (config files and overrides) what an optimizer without a file
-    goes on; `borrows`: the setting whose optimizer files it takes for those ("": the optimizer's
-    config/paper_<optimizer>.py instead)."""
+    """A model preset's paper setting: the cell <stem>_<optimizer> for each optimizer that has one (config/cells.py:
+    adding a cell adds it here); `recipe` (config files and overrides) what an optimizer without a cell goes on;
+    `borrows`: the setting whose cells it takes for those ("": the optimizer's config/paper_<optimizer>.py
+    instead)."""
 
     stem: str
     recipe: tuple[str, ...]
@@ -43,9 +44,9 @@ class Setting:
 
     @property
     def optimizers(self) -> tuple[str, ...]:
-        """The registry parts (VARIANTS) with a file config/<stem>_<part>.py."""
+        """The registry parts (VARIANTS) with a cell <stem>_<part>."""
         parts = dict.fromkeys(part for part, _ in VARIANTS.values())
-        return tuple(p for p in parts if os.path.exists(os.path.join(REPO, "config", f"{self.stem}_{p}.py")))
+        return tuple(p for p in parts if f"{self.stem}_{p}" in CELLS)
 
 
 SETTINGS: dict[str, Setting] = {
@@ -90,12 +91,12 @@ def compose(model: str, variant: str) -> PaperRun:
     lender = SETTINGS.get(setting.borrows)
     if lender and part in lender.optimizers:
         own = f"config/{lender.stem}_{part}.py"
-        files = tuple(f for f in files if f not in lender.recipe)  # (that file includes the lender's recipe)
+        files = tuple(f for f in files if f not in lender.recipe)  # (that cell holds the lender's recipe)
         return PaperRun((own, *files), (*overrides, *variant_overrides),
-                        f"no {setting.stem}_{part}.py: {lender.stem}_{part}.py on "
+                        f"no cell {setting.stem}_{part}: {lender.stem}_{part} on "
                         f"{' '.join(os.path.basename(f) for f in (*files, *overrides)) or 'its recipe'}")
     return PaperRun((*files, f"config/paper_{part}.py"), (*overrides, *variant_overrides),
-                    f"no {setting.stem}_{part}.py: {' + '.join(os.path.basename(f) for f in files)} + paper_{part}.py")
+                    f"no cell {setting.stem}_{part}: {' + '.join(os.path.basename(f) for f in files)} + paper_{part}.py")
 
 
 TABLE: dict[tuple[str, str], PaperRun] = {(model, variant): compose(model, variant)
@@ -104,6 +105,6 @@ TABLE: dict[tuple[str, str], PaperRun] = {(model, variant): compose(model, varia
 
 def paper_config_args(model: str, variant: str) -> tuple[list[str], str]:
     """load_config's arguments for a model preset and a variant (TABLE's entry), and a note when the setting has no
-    file of its own for the optimizer."""
+    cell of its own for the optimizer."""
     run = TABLE[(model, variant)]
     return run.args(), run.note

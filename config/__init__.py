@@ -29,6 +29,7 @@ import types
 import typing
 from dataclasses import dataclass
 
+from config.cells import CELLS
 from data.tokenizer import TOKENIZERS
 from huggingface import hf_model_args, hf_source
 from model import COMPONENTS, PARAMETRIZATIONS, PRESETS, GPTConfig
@@ -336,14 +337,29 @@ def _imported_names(source: str) -> set[str]:
     return imported - assigned
 
 
+CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
 def read_config_file(path: str, including: tuple[str, ...] = ()) -> dict[str, typing.Any]:
     """The assignments a config file makes (its module-level names not starting with '_', and not
-    brought in by an import), after those of the files it includes."""
+    brought in by an import), after those of the files it includes; config/<cell>.py, not on disk, is a cell of
+    config/cells.py: its bases' assignments, its out_dir and wandb run name (the cell's name), then its own values."""
+    folder, file = os.path.split(os.path.abspath(path))
+    name = file.removesuffix(".py")
+    if folder == CONFIG_DIR and name in CELLS and not os.path.exists(path):
+        bases, own = CELLS[name]
+        values: dict[str, typing.Any] = {}
+        for base in bases:
+            values |= read_config_file(os.path.join(CONFIG_DIR, base if base.endswith(".py") else f"{base}.py"),
+                                       including)
+        return values | {"out_dir": f"out/{name}", "wandb_run_name": name} | own
     try:
         with open(path) as f:
             source = f.read()
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e}") from e
+        known = [*CELLS, *(f.removesuffix(".py") for f in os.listdir(CONFIG_DIR) if f.endswith(".py"))]
+        hint = _suggest(name, known) if folder == CONFIG_DIR else ""
+        raise ConfigError(f"cannot read config file {path}: {e}{hint}") from e
     namespace: dict[str, typing.Any] = {}
     try:
         exec(compile(source, path, "exec"), namespace)

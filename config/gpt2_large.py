@@ -1,5 +1,5 @@
-# GPT-2 large (774M): the settings every paper run of this size shares (config/gpt2_large_<optimizer>.py
-# includes this file, then its optimizer's config/paper_<optimizer>.py).
+# GPT-2 large (774M): the settings every paper run of this size shares (cells.py's
+# gpt2_large_<optimizer> builds on this file, then its optimizer's config/paper_<optimizer>.py).
 dataset = "openwebtext"
 
 # model: GPT-2 large, without biases, attention logits of layer i also divided by i + 1 (as the official runs)

@@ -3,8 +3,8 @@
 # (python -m data.prepare fineweb), 256 sequences of 512 tokens per step (131K tokens; their 64 x 4
 # accumulation on one GPU), 128K steps (16.8B tokens), OneCycle cosine with a 2000-step warmup from and to
 # lr / 100 (min_lr in each optimizer's file), grad clip 0.5, the loss's mean gradient, bf16. The optimizer's
-# settings: config/llama_124m_<optimizer>.py. The AdamW, MARS and Muon rows follow their loop step for step
-# (tests/test_fidelity.py), their values their scripts' flags at every size (tests/test_paper_configs.py).
+# settings: the rows llama_<size>_<optimizer> of config/cells.py. The AdamW, MARS and Muon rows follow their loop
+# step for step (tests/test_fidelity.py), their values their scripts' flags at every size (tests/test_paper_configs.py).
 dataset = "fineweb100B"
 model = "llama-124m"
 block_size = 512

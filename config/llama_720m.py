@@ -1,6 +1,6 @@
 # Semenov et al. 2025's 720M Llama (epfml/llm-optimizer-benchmark at fdecd5d, scripts/720m/*.sh): what its
-# runs change from the 124M's recipe (config/llama_124m.py; each config/llama_720m_<optimizer>.py includes this
-# file after its optimizer's 124M file): 1984 sequences of 512 tokens per step (1.02M tokens; their 62 x 32
+# runs change from the 124M's recipe (config/llama_124m.py; each cells.py row llama_720m_<optimizer> takes this
+# file, then its optimizer's recipe): 1984 sequences of 512 tokens per step (1.02M tokens; their 62 x 32
 # accumulation on one GPU), 48K steps (48.8B tokens), grad clip 0.1. Warmup (2000 steps), schedule and data as
 # at 124M.
 include = ["llama_124m.py"]

@@ -2,9 +2,8 @@
 # AdaMuon; the embeddings on AdamW with weight decay, the 1-D parameters without; one learning rate), momentum
 # 0.95 and weight decay 0.1. The learning rate is the mini
 # sweep's best (results/mini_2026/sweep.md: seed 1 at each rate of experiments/recipes.py's grid).
-optimizer = "adamuon"
+include = ["paper_adamuon.py"]  # then the mini's own values
 learning_rate = 2.4e-2
-weight_decay = 0.1
-muon_momentum = 0.95
-beta1_1d = 0.9
-beta2_1d = 0.95
+# the mini's setting where the paper's recipe differs (config/mini.py's, or the default)
+lr_schedule = "cosine"
+warmup_iters = 25

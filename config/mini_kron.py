@@ -8,12 +8,9 @@
 # rate, weight decay, beta1 and preconditioner lr tuned by scripts/tune_mini.sh (results/tune/tuning.md; before,
 # the mini sweep's 8e-3 and Wen et al.'s 0.7, 0.95 and 0.2: the preconditioner's rate moved the loss most, 2.32 to
 # 1.99 at 0.8 over a run of 256 steps). The loss's mean gradient, clipped at 1.
-optimizer = "kron"
+include = ["paper_kron.py"]  # then the mini's own values
 learning_rate = 5.657e-3
 beta1 = 0.85
 kron_precond_lr = 0.8
-kron_update_prob_min = 0.05
-kron_update_prob_flat_start = 2000
 kron_merge_small_dims = False
 weight_decay = 0.3
-grad_multiplier = 1.0

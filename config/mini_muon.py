@@ -3,13 +3,9 @@
 # fixed at 3e-3) and its paper-era schedule (constant, then linear to 0 over the last 2% of the run); the
 # learning rate, weight decay, warmup and momentum tuned by scripts/tune_mini.sh
 # (results/tune/tuning.md; before tuning, 4e-2, 0, config/mini.py's 25 steps and 0.95).
-optimizer = "muon"
+include = ["paper_muon.py"]  # then the mini's own values
 learning_rate = 5.657e-2
 weight_decay = 1e-3
 warmup_iters = 0
 muon_momentum = 0.85
 lr_1d = 3e-3
-weight_decay_1d = 0.1
-muon_adamw = "official"
-lr_schedule = "wsd"
-wsd_decay_frac = 0.02

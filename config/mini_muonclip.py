@@ -1,8 +1,7 @@
 # MuonClip for the CPU mini reproduction (after config/mini.py): Moonlight's tuned recipe (config/mini_moonlight.py)
 # with QK-clip at Kimi K2's tau, 100; until a head's logit passes tau the run is Moonlight's, step for step.
-optimizer = "muonclip"
+include = ["paper_muonclip.py"]  # then the mini's own values
 learning_rate = 3.394e-2
 weight_decay = 1e-3
 warmup_iters = 0
 beta1 = 0.9
-qk_clip_tau = 100.0

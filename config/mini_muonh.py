@@ -4,14 +4,11 @@
 # the norms) with betas 0.8/0.95, eps 1e-10, no weight decay, at lr 3e-3 (Muon's lr_1d here). The learning rate
 # is the hyperball's (each step moves a matrix by lr times its norm): the mini sweep's best
 # (results/mini_2026/sweep.md; 0.072 within 0.002 of it, the authors' 0.018 third).
-optimizer = "muonh"
+include = ["paper_muonh.py"]  # then the mini's own values
 learning_rate = 3.6e-2
-warmup_iters = 0
-lr_schedule = "wsd"
-wsd_decay_frac = 1.0
-muon_momentum = 0.95
 adam_lr = 3e-3
-adam_beta1 = 0.8
-adam_beta2 = 0.95
-adam_eps = 1e-10
-adam_weight_decay = 0.0
+# the mini's setting where the paper's recipe differs (config/mini.py's, or the default)
+grad_clip = 1.0
+muon_eps = 1e-08
+ns_coefficients = "quintic"
+ns_steps = 5

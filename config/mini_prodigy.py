@@ -3,11 +3,6 @@
 # and AdamW's decay groups; the learning rate from the mini sweep (scripts/mini_sweep.sh: a quarter of its own
 # estimate, with half of it 0.005 behind); d's multiplier tuned by scripts/tune_mini.sh (results/tune/tuning.md;
 # before, the authors' 1).
-optimizer = "prodigy"
+include = ["paper_prodigy.py"]  # then the mini's own values
 learning_rate = 0.25
-weight_decay = 0.1
-beta1 = 0.9
-beta2 = 0.999
-prodigy_bias_correction = True
 prodigy_d_coef = 2.0
-decay_embeddings = False  # the official decay groups

@@ -5,12 +5,7 @@
 # (results/mini/scion_recipes.md): this 2.180 at 4.8e-4; their untied shallow GPT's radii 1 / 3 / 10 2.302 at 8e-3,
 # and with its Scion.init() (scion_init=True) 2.506 at 1.6e-2. Its warmup and momentum then tuned by
 # scripts/tune_mini.sh (results/tune/tuning.md; before, config/mini.py's 25 steps and the authors' 0.1).
-optimizer = "scion"
+include = ["paper_scion.py"]  # then the mini's own values
 learning_rate = 4.8e-4
 warmup_iters = 12
 scion_momentum = 0.2
-scion_input_scale = 1.0
-scion_hidden_scale = 50.0
-scion_output_scale = 3000.0
-scion_init = False
-grad_multiplier = 1.0  # the lmo of each layer is scale-free; the clip reads the batch's mean gradient

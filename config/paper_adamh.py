@@ -7,7 +7,7 @@
 # vectors 0.01; here one adam_lr: the head's, the tied matrix being our output layer) and that side's shorter
 # cooldown (the last 40% of the run; here the one schedule of every group), its per-module init (a model-init
 # difference: the hyperball keeps each matrix at its initial norm, so GPT-2's init sets different radii) and its
-# zero-initialised head. config/gpt2_<size>_adamh.py includes it and sets the learning rate; config/paper_muonh.py
+# zero-initialised head. cells.py's gpt2_<size>_adamh builds on it and sets the learning rate; config/paper_muonh.py
 # takes its Adam side and schedule.
 optimizer = "adamh"
 beta1 = 0.9

@@ -1,5 +1,5 @@
 # AdaMuon (Si et al., 2025) at the paper's GPT-2 scale: the authors' recipe, Chongjie-Si/AdaMuon at 369f0b3
-# (gpt2/config/small.py, gpt2/models/train.py, gpt2/models/model.py). config/gpt2_<size>_adamuon.py includes it
+# (gpt2/config/small.py, gpt2/models/train.py, gpt2/models/model.py). cells.py's gpt2_<size>_adamuon builds on it
 # and sets the learning rate.
 
 # schedule: the authors' get_lr, linear warmup over 2000 steps from 0, then constant (their min_lr is unused)

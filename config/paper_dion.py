@@ -3,7 +3,7 @@
 # fraction 0.5, AdamW on the embeddings and the head at the same rate, undecayed, with betas 0.9/0.95: the ones their
 # Dion reads, its own default, where train.py's betas=(0.95, 0.98) lands in a key it never reads; no warmup,
 # constant, then linear to 0 over the last 20% of the run; no gradient clipping). Their bf16 momentum and Q
-# (mixed_precision: true) are fp32 here. config/gpt2_<size>_dion.py includes it and sets the learning rate.
+# (mixed_precision: true) are fp32 here. cells.py's gpt2_<size>_dion builds on it and sets the learning rate.
 optimizer = "dion"
 weight_decay = 0.01
 dion_momentum = 0.95

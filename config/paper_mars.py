@@ -1,5 +1,5 @@
 # The paper's MARS recipe: MARS-approx (MARS-AdamW), every GPT-2 size, as the official AGI-Arena/MARS
-# config/train_gpt2_*_mars.py. config/gpt2_<size>_mars.py includes it and sets the learning rates.
+# config/train_gpt2_*_mars.py. cells.py's gpt2_<size>_mars builds on it and sets the learning rates.
 # docs/reproducing.md's table of differences from the official runs lists what still differs and why.
 
 # optimizer: MARS-AdamW, approximate form (one gradient per step); AdamW on the 1-D parameters

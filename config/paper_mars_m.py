@@ -1,5 +1,5 @@
 # The MARS-M recipe (arXiv 2510.21800), every GPT-2 size, as the official AGI-Arena/MARS
-# MARS_M/config/train_gpt2_*_mars_m.py. config/gpt2_<size>_mars_m.py includes it and sets the
+# MARS_M/config/train_gpt2_*_mars_m.py. cells.py's gpt2_<size>_mars_m builds on it and sets the
 # learning rate (and the schedule's floor).
 
 # optimizer: the matrix rule on the 2-D parameters except the embeddings and the tied head, which

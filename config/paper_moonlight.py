@@ -1,6 +1,6 @@
 # The Moonlight recipe (the MARS-M paper's baseline, arXiv 2510.21800), every GPT-2 size, as the
-# official AGI-Arena/MARS MARS_M/config/train_gpt2_*_moonlight.py. config/gpt2_<size>_moonlight.py
-# includes it and sets the learning rate (and the schedule's floor).
+# official AGI-Arena/MARS MARS_M/config/train_gpt2_*_moonlight.py. cells.py's gpt2_<size>_moonlight
+# builds on it and sets the learning rate (and the schedule's floor).
 
 # optimizer: the matrix rule on the 2-D parameters except the embeddings and the tied head, which
 # take AdamW (betas 0.9/0.95, eps before the bias corrections) with the 1-D ones, all decayed with

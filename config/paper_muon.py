@@ -1,5 +1,5 @@
 # The paper's Muon recipe, every GPT-2 size, as the official AGI-Arena/MARS config/train_gpt2_*_muon.py.
-# config/gpt2_<size>_muon.py includes it and sets the learning rates.
+# cells.py's gpt2_<size>_muon builds on it and sets the learning rates.
 
 # schedule: the paper-era official train_muon.py (before commit 0052466), which produced the
 # paper's Muon numbers: linear warmup from 0, constant, then linear decay to 0 over the last 2000

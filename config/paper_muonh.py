@@ -3,7 +3,7 @@
 # train_gpt_simple_muonh.py at f411b3d) as far as our settings express it: AdamH's recipe (config/paper_adamh.py:
 # the same AdamW side, schedule shape and no gradient clipping) with MuonH, momentum 0.95, Nesterov, on the blocks'
 # matrices and no warmup, its Newton-Schulz 12 iterations of (2, -1.5, 0.5) on X / (||X|| + 1e-7) (marin's: the
-# quintic, 5 iterations, 1e-8). Left out: what paper_adamh.py leaves out (docs/optimizers.md, AdamH and MuonH). config/gpt2_<size>_muonh.py includes it and sets the learning rate.
+# quintic, 5 iterations, 1e-8). Left out: what paper_adamh.py leaves out (docs/optimizers.md, AdamH and MuonH). cells.py's gpt2_<size>_muonh builds on it and sets the learning rate.
 include = ["paper_adamh.py"]
 optimizer = "muonh"
 muon_momentum = 0.95

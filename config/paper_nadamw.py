@@ -1,6 +1,6 @@
 # NAdamW (torch's NAdam, decoupled weight decay) at the paper's GPT-2 scale: AdamW's recipe
 # (betas 0.9/0.95, weight decay 0.1 on the nn.Linear weights) with Nesterov momentum.
-# config/gpt2_<size>_nadamw.py includes it and sets the learning rate.
+# cells.py's gpt2_<size>_nadamw builds on it and sets the learning rate.
 optimizer = "nadamw"
 beta1 = 0.9
 beta2 = 0.95

@@ -5,7 +5,7 @@
 # 1e-10, epsilon the package's 1e-12), torch's AdamW on the rest (betas 0.8/0.95, eps 1e-10, no decay: 1-D lr 0.01;
 # the run's untied head 1/320, which our tied embedding and head take, its unit-variance input embedding's 0.3 not
 # applying to our 0.02-std table), the loss's mean gradient unclipped, and its schedule: constant, then linear to 0
-# over the last 70% of the run, no warmup. config/gpt2_<size>_shampoo.py includes it and sets the learning rate.
+# over the last 70% of the run, no warmup. cells.py's gpt2_<size>_shampoo builds on it and sets the learning rate.
 optimizer = "shampoo"
 beta1 = 0.9
 beta2 = 0.95

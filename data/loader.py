@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from data.shards import ShardError, open_shard
-from model import LABEL_DRAW_RANGE, GPTConfig
+
+
+LABEL_DRAW_RANGE = 2**24  # the draws of sampled labels (model.sampled_labels): u = draw / 2^24, exact in fp32
 
 
 class TokenWindows:
@@ -28,7 +30,7 @@ class TokenWindows:
     kills the process and hides the cause). The check is a max over the gathered rows on the host,
     so it costs no device sync and no scan of the (possibly 20 GB) shards at start-up."""
 
-    def __init__(self, data_dir: str, split: str, block_size: int, vocab_size: int = GPTConfig.vocab_size):
+    def __init__(self, data_dir: str, split: str, block_size: int, vocab_size: int):
         self.paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
         if not self.paths:
             raise FileNotFoundError(

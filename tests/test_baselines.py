@@ -25,7 +25,8 @@ from torch.utils._pytree import tree_leaves
 
 from checkpoint import restore_training_state
 from config import ConfigError
-from model import LABEL_DRAW_RANGE, GPT, GPTConfig, sampled_labels
+from data.loader import LABEL_DRAW_RANGE
+from model import GPT, GPTConfig, sampled_labels
 from optim import HYPERPARAMETERS, OPTIMIZERS, build_optimizer, load_config
 from optim.adamw import decay_routing
 from optim.contract import (

@@ -19,6 +19,7 @@ import pytest
 from conftest import PYTHON, REPO
 from optim import HYPERPARAMETERS, help_text, load_config
 from config import HELP_FLAGS, PRINT_CONFIG_FLAG, ConfigError, TrainConfig
+from config.cells import CELLS
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -53,12 +54,13 @@ def anchors(page: Path) -> set[str]:
 
 
 def missing_names(page: Path) -> list[str]:
-    """Modules, scripts and config files the page names that are not in the repository."""
+    """Modules, scripts and config files (or cells) the page names that are not in the repository."""
     text, out = page.read_text(), []
     for module in set(MODULE.findall(text)) - TOOLS:
         if not any((REPO / (module.replace(".", "/") + suffix)).exists() for suffix in (".py", "/__init__.py")):
             out.append(f"{page.name}: python -m {module}: no such module")
-    for path in set(PATH.findall(text)):
+    cells = {f"config/{name}.py" for name in CELLS}  # (a cell is a config file's name, not on disk)
+    for path in set(PATH.findall(text)) - cells:
         if not (REPO / path).exists() and "<" not in path and "*" not in path:
             out.append(f"{page.name}: {path} does not exist")
     return out

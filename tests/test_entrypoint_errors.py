@@ -225,11 +225,15 @@ CASES: dict[str, Callable[[Path], Case]] = {
         [str(d / "r"), "--out"], untouched=[d / "r"]),
 
     "script_ngpu_not_a_number": lambda d: Case(
-        ["scripts/run_mars_small.sh"], ["NGPU", "'x'"], env=dict(NGPU="x", DRY_RUN="1", OUT_ROOT=str(d))),
+        ["scripts/run.sh", "gpt2_small_mars"], ["NGPU", "'x'"], env=dict(NGPU="x", DRY_RUN="1", OUT_ROOT=str(d))),
     "script_tokens_not_a_number": lambda d: Case(
-        ["scripts/run_mars_small.sh"], ["TOKENS", "'1.5B'"], env=dict(TOKENS="1.5B", DRY_RUN="1", OUT_ROOT=str(d))),
+        ["scripts/run.sh", "gpt2_small_mars"], ["TOKENS", "'1.5B'"], env=dict(TOKENS="1.5B", DRY_RUN="1", OUT_ROOT=str(d))),
     "script_dry_run_not_0_or_1": lambda d: Case(
-        ["scripts/run_mars_small.sh"], ["DRY_RUN", "'yes'"], env=dict(DRY_RUN="yes", OUT_ROOT=str(d))),
+        ["scripts/run.sh", "gpt2_small_mars"], ["DRY_RUN", "'yes'"], env=dict(DRY_RUN="yes", OUT_ROOT=str(d))),
+    "script_not_a_cell": lambda d: Case(["scripts/run.sh", "gpt2_small_marz"], ["'gpt2_small_marz' is not a cell",
+                                                                              "gpt2_small_mars"]),
+    "train_neither_file_nor_cell": lambda d: Case(["train.py", "config/gpt2_small_marz.py"], [
+        "config/gpt2_small_marz.py", "did you mean 'gpt2_small_mars'"]),
     "script_jobs_not_a_number": lambda d: Case(
         ["scripts/mini_sweep.sh"], ["JOBS", "'two'"], env=dict(JOBS="two", DRY_RUN="1", OUT_ROOT=str(d))),
     "eval_downstream_without_checkpoint": lambda d: Case(

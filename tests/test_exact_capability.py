@@ -57,7 +57,7 @@ def test_loop_computes_the_next_batch_gradient_at_the_old_weights(tiny_dataset):
     assert len(opt.stashed) == len(opt.stepped) == 3
     assert len(forward_calls) == 3 * 2 * 2  # 3 steps x 2 gradients x 2 micro-steps: two backward passes per step
 
-    batches = TrainBatches(TokenWindows(tiny_dataset, "train", 16), seed=cfg.seed, sequences_per_step=4)
+    batches = TrainBatches(TokenWindows(tiny_dataset, "train", 16, cfg.vocab_size), seed=cfg.seed, sequences_per_step=4)
     model = GPT(GPTConfig(**cfg.model_args()))
 
     def gradient_at(weights: list[torch.Tensor], step: int) -> list[torch.Tensor]:

@@ -106,7 +106,7 @@ def float64_run(tiny_dataset, cfg) -> tuple[GPT, TrainBatches]:
     """train.py's model (the same seed, in float64) and its batches."""
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(**cfg.model_args())).double()
-    return model, TrainBatches(TokenWindows(tiny_dataset, "train", cfg.block_size), cfg.seed, 8)
+    return model, TrainBatches(TokenWindows(tiny_dataset, "train", cfg.block_size, cfg.vocab_size), cfg.seed, 8)
 
 
 def torch_adamw_(p: torch.Tensor, g: torch.Tensor, s: dict, lr: float, weight_decay: float, hp) -> None:

@@ -1,13 +1,12 @@
-"""config/: every file loads and validates. The paper settings are one table (bench/recipes.py): every entry's files
-exist and load, and every config/gpt2_<size>_<optimizer>.py and config/llama_<size>_<optimizer>.py is in it. Each
-official run's config file builds the paper's model size, takes a global batch of 480 x 1024 tokens on 1 to 32 GPUs
-with its default micro-batch, and equals the official repository's config (AGI-Arena/MARS for GPT-2,
-epfml/llm-optimizer-benchmark's scripts for the Llama rows); its out_dir and run name are the ones scripts/common.sh's
-launch gives the run (the file's stem)."""
+"""config/: every file and every cell of config/cells.py loads and validates. The paper settings for every preset and
+optimizer (bench/recipes.py) load, and every cell is in them. Each official run's cell builds the paper's model size,
+takes a global batch of 480 x 1024 tokens on 1 to 32 GPUs with its default micro-batch, and equals the official
+repository's config (AGI-Arena/MARS for GPT-2, epfml/llm-optimizer-benchmark's scripts for the Llama rows); its out_dir
+and run name are the ones scripts/common.sh's launch gives the run (the cell's name)."""
 
+import ast
 import glob
 import os
-import re
 
 import pytest
 import torch
@@ -15,11 +14,13 @@ import torch
 from bench.recipes import SETTINGS, TABLE, VARIANTS, paper_config_args
 from conftest import REPO
 from config import ConfigError, read_config_file
+from config.cells import CELLS
 from model import GPT, GPTConfig
 from experiments.recipes import MINI_RECIPES, mini_recipes
 from optim import OPTIMIZERS, load_config
 
-CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py")) if not p.endswith("__init__.py"))
+CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py")) if not p.endswith(("__init__.py", "cells.py")))
+CELL_PATHS = [str(REPO / "config" / f"{name}.py") for name in CELLS]  # (config/<cell>.py: no file on disk)
 
 # GPT-2's published parameter counts (facts about GPT-2, not about the configs)
 GPT2_PARAMS = {"small": 124e6, "medium": 355e6, "large": 774e6, "xl": 1558e6}
@@ -80,12 +81,30 @@ def paper_config_path(size: str, optimizer: str) -> str:
 
 
 def test_the_paper_configs_are_all_there():
-    names = {os.path.basename(p) for p in CONFIG_FILES}
-    assert {os.path.basename(paper_config_path(*c)) for c in PAPER_CONFIGS} <= names
+    assert {f"gpt2_{size}_{optimizer}" for size, optimizer in PAPER_CONFIGS} <= CELLS.keys()
     assert len(PAPER_CONFIGS) == 19  # the paper's 11 runs, and the MARS-M paper's 8
 
 
-@pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
+def test_a_cell_is_its_files_then_its_values():
+    """config/gpt2_small_mars.py, not on disk, reads as gpt2_small.py, then paper_mars.py, then the cell's own values;
+    a cell built on a cell (the FineWeb-Edu runs) takes that cell's values, then its own; a name that is neither a
+    file nor a cell is an error that suggests the nearest."""
+    assert not os.path.exists(REPO / "config" / "gpt2_small_mars.py")
+    files = read_config_file(str(REPO / "config" / "gpt2_small.py")) | read_config_file(
+        str(REPO / "config" / "paper_mars.py"))
+    expected = files | {"out_dir": "out/gpt2_small_mars", "wandb_run_name": "gpt2_small_mars", "learning_rate": 6e-3,
+                        "lr_1d": 3e-3}
+    assert read_config_file(str(REPO / "config" / "gpt2_small_mars.py")) == expected
+    fineweb = read_config_file(str(REPO / "config" / "gpt2_small_mars_fw.py"))
+    assert fineweb == expected | {"out_dir": "out/gpt2_small_mars_fw", "wandb_run_name": "gpt2_small_mars_fw",
+                                  "dataset": "fineweb-edu100B"}
+    with pytest.raises(ConfigError, match=r"config/gpt2_small_marz\.py.*did you mean 'gpt2_small_mars'"):
+        read_config_file(str(REPO / "config" / "gpt2_small_marz.py"))
+    with pytest.raises(ConfigError, match="cannot read config file"):  # a cell's name outside config/ is a file
+        read_config_file(str(REPO / "gpt2_small_mars.py"))
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES + CELL_PATHS, ids=os.path.basename)
 def test_every_config_file_loads_and_validates(path):
     values = read_config_file(path)
     assert values, f"{path} assigns nothing"
@@ -99,6 +118,21 @@ def test_every_registry_optimizer_has_its_mini_recipes():
     assert MINI_RECIPES.keys() == OPTIMIZERS.keys()
     for name, recipes in MINI_RECIPES.items():
         assert recipes and all(load_config(r.args.split()).optimizer == name for r in recipes.values()), name
+
+
+@pytest.mark.parametrize("mini", sorted(p for p in CONFIG_FILES if os.path.exists(
+    p.replace("mini_", "paper_")) and os.path.basename(p).startswith("mini_")), ids=os.path.basename)
+def test_a_mini_recipe_builds_on_its_paper_recipe(mini):
+    """config/mini_<x>.py includes config/paper_<x>.py and sets only what differs from it: a value the paper's
+    recipe already has is not restated (so the mini says, key by key, where it departs from the paper)."""
+    paper = mini.replace("mini_", "paper_")
+    tree = ast.parse(open(mini).read())
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    assert assigned[0] == "include" and read_config_file(mini).keys() >= read_config_file(paper).keys()
+    assert ast.literal_eval(tree.body[0].value) == [os.path.basename(paper)]
+    mini_values, paper_values = read_config_file(mini), read_config_file(paper)
+    restated = [key for key in assigned[1:] if key in paper_values and paper_values[key] == mini_values[key]]
+    assert not restated, f"{mini} restates the paper's {restated}"
 
 
 @pytest.mark.parametrize("recipe, arguments", [(name, r.args) for name, r in mini_recipes().items()])
@@ -181,11 +215,11 @@ def test_llama_benchmark_configs_are_their_scripts(size, optimizer):
 
 
 def test_a_llama_size_without_an_optimizers_file_takes_its_124m_settings():
-    """bench.gpu and bench.memory build llama-720m's ADOPT from config/llama_124m_adopt.py on the 720M recipe:
+    """bench.gpu and bench.memory build llama-720m's ADOPT from the cell llama_124m_adopt on the 720M recipe:
     the benchmark keeps each optimizer's 124M settings at every size."""
     paths, note = paper_config_args("llama-720m", "adopt")
     cfg, adopt_124m = load_config(paths), load_config([str(REPO / "config" / "llama_124m_adopt.py")])
-    assert "llama_124m_adopt.py on llama_720m.py" in note
+    assert "llama_124m_adopt on llama_720m.py" in note
     assert (cfg.model, cfg.total_batch_size, cfg.grad_clip) == ("llama-720m", 1984 * 512, 0.1)
     assert (cfg.learning_rate, cfg.min_lr, cfg.hyperparameters) == (adopt_124m.learning_rate, adopt_124m.min_lr,
                                                                     adopt_124m.hyperparameters)
@@ -194,7 +228,7 @@ def test_a_llama_size_without_an_optimizers_file_takes_its_124m_settings():
 def test_a_gpt2_size_without_an_optimizers_file_takes_its_paper_recipe():
     paths, note = paper_config_args("xl", "lion")
     assert [os.path.relpath(p, REPO) for p in paths] == ["config/gpt2_xl.py", "config/paper_lion.py"]
-    assert note == "no gpt2_xl_lion.py: gpt2_xl.py + paper_lion.py"
+    assert note == "no cell gpt2_xl_lion: gpt2_xl.py + paper_lion.py"
     assert (load_config(paths).model, load_config(paths).optimizer) == ("xl", "lion")
 
 
@@ -203,7 +237,8 @@ def test_every_table_entry_loads(model):
     for variant, (part, overrides) in VARIANTS.items():
         run = TABLE[(model, variant)]
         for path in run.files:
-            assert os.path.isfile(REPO / path), f"({model}, {variant}): {path} does not exist"
+            name = os.path.basename(path).removesuffix(".py")
+            assert os.path.isfile(REPO / path) or name in CELLS, f"({model}, {variant}): {path} is no file or cell"
         cfg = load_config(run.args())
         assert (cfg.model, cfg.optimizer) == (model, part.replace("_", "-"))
         if part == "mars":
@@ -213,38 +248,31 @@ def test_every_table_entry_loads(model):
         assert (run.files == (f"config/{SETTINGS[model].stem}_{part}.py",)) == own and (run.note == "") == own
 
 
-def test_every_paper_config_file_is_in_the_table():
-    """No orphan: every config/gpt2_<size>_<optimizer>.py and llama_<size>_<optimizer>.py is some entry's own file,
-    and every own file the table names exists."""
-    files = {os.path.relpath(p, REPO) for pattern in ("gpt2_*_*.py", "llama_*_*.py")
-             for p in glob.glob(str(REPO / "config" / pattern))}
+def test_every_cell_is_in_the_table():
+    """No orphan: every cell of a size and a registry optimizer is some entry's own (the rest are its variants: the
+    FineWeb-Edu runs, MARS-exact), and every own cell the table names exists."""
+    variants = {name for name in CELLS if name.endswith(("_fw", "_exact"))}
+    files = {f"config/{name}.py" for name in CELLS.keys() - variants}
     own = {f"config/{s.stem}_{part}.py" for s in SETTINGS.values() for part in s.optimizers}
-    assert files == own, f"not in the table: {sorted(files - own)}; in the table, no file: {sorted(own - files)}"
+    assert files == own, f"not in the table: {sorted(files - own)}; in the table, no cell: {sorted(own - files)}"
     assert files <= {f for run in TABLE.values() for f in run.files}
+    assert all(CELLS[name].bases[0] in CELLS for name in variants)
     assert {(size, optimizer) for size, optimizer in PAPER_CONFIGS} <= {
         (model, part) for model, s in SETTINGS.items() for part in s.optimizers}
 
 
 def test_out_dir_and_run_name_are_the_launch_scripts():
-    """A config file's out_dir and wandb_run_name are what scripts/common.sh's launch gives the run of that name
-    (OUT_ROOT/RUN_NAME with OUT_ROOT's default, and RUN_NAME), and every run script that launches a config file by
-    its own name uses the file's stem (variants add a suffix: _fw, _exact; TOKENS adds _<TOKENS>)."""
+    """A cell's out_dir and wandb_run_name are what scripts/common.sh's launch gives the run of that name
+    (OUT_ROOT/RUN_NAME with OUT_ROOT's default, and RUN_NAME), which scripts/run.sh launches by the cell's name
+    (TOKENS adds _<TOKENS>); scripts/ holds no launcher of one cell."""
     common = (REPO / "scripts" / "common.sh").read_text()
     assert 'local out_dir="$(out_root)/$run_name"' in common and 'local root="${OUT_ROOT:-out}"' in common
     assert '"--out_dir=$out_dir" "--wandb_run_name=$run_name"' in common
-    for pattern in ("gpt2_*_*.py", "llama_*_*.py"):
-        for path in glob.glob(str(REPO / "config" / pattern)):
-            stem, values = os.path.basename(path)[:-3], read_config_file(path)
-            assert (values["out_dir"], values["wandb_run_name"]) == (f"out/{stem}", stem), path
-    for script in glob.glob(str(REPO / "scripts" / "run_*.sh")):
-        launches = re.findall(r"^\s*(?:\w+=\S+ )*launch (\w+) config/(\w+)\.py", open(script).read(), re.M)
-        assert launches, f"{script}: no `launch RUN_NAME config/<file>.py` line"
-        for name, config_file in launches:
-            assert name == config_file or name.startswith(config_file + "_"), (script, name, config_file)
-            if name == config_file:
-                assert read_config_file(str(REPO / "config" / f"{config_file}.py"))["out_dir"] == f"out/{name}"
-    # scripts/run.sh launches any config by its name: the same convention
+    for path in CELL_PATHS:
+        stem, values = os.path.basename(path)[:-3], read_config_file(path)
+        assert (values["out_dir"], values["wandb_run_name"]) == (f"out/{stem}", stem), path
     assert 'launch "$name" "config/$name.py"' in (REPO / "scripts" / "run.sh").read_text()
+    assert not glob.glob(str(REPO / "scripts" / "run_*.sh"))
 
 
 @pytest.mark.parametrize("size, optimizer", PAPER_CONFIGS)

@@ -332,7 +332,7 @@ def test_verify_names_the_damaged_shard(damaged, capsys, damage, problem, loader
     assert shard in capsys.readouterr().err
     if loader_refuses:
         with pytest.raises(ShardError, match="fineweb-edu10B_train_000002.bin"):
-            TokenWindows(out, "train", block_size=8)
+            TokenWindows(out, "train", block_size=8, vocab_size=50304)
 
 
 def test_verify_catches_out_of_range_tokens_and_unlisted_shards(damaged):

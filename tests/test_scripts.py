@@ -1,5 +1,5 @@
 """scripts/: every shell script parses, and runs end to end in its dry-run mode on CPU (DRY_RUN=1:
-2 steps of a tiny model, here on the tiny dataset) with the config file and overrides it names, so
+2 steps of a tiny model, here on the tiny dataset): scripts/run.sh with every paper cell of config/cells.py, so
 a broken flag never reaches a cluster. Also: the token budget, torchrun with 2 processes, the
 multi-node rendezvous, resuming by rerunning, the mini reproduction's scripts, and the downstream
 evaluation feeding report.py's table. A dry run stays out of the real run's folder, and paths with spaces
@@ -8,6 +8,7 @@ work."""
 import glob
 import json
 import os
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,23 +16,15 @@ import pytest
 
 from conftest import PRELOADED_BIN, PYTHON, REPO, free_port, tiny_run_args
 from config import read_config_file
+from config.cells import CELLS
 from experiments.recipes import mini_recipes
 
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(str(REPO / "scripts" / "*.sh")))
 
-# run script: (run name, config file, values the script sets on top of the config file)
-EXPECTED_RUNS = {
-    **{f"run_{opt}_{size}.sh": (f"gpt2_{size}_{opt}", f"gpt2_{size}_{opt}.py", {})
-       for opt in ("adamw", "muon", "mars") for size in ("small", "medium", "large")},
-    **{f"run_{opt}_{size}.sh": (f"gpt2_{size}_{opt}", f"gpt2_{size}_{opt}.py", {})
-       for opt in ("mars_m", "moonlight") for size in ("small", "medium", "large", "xl")},
-    **{f"run_{opt}_{size}_fw.sh": (f"gpt2_{size}_{opt}_fw", f"gpt2_{size}_{opt}.py", {"dataset": "fineweb-edu100B"})
-       for opt in ("adamw", "mars", "mars_m", "moonlight") for size in ("small", "xl")},
-    "run_mars_exact_small.sh": ("gpt2_small_mars_exact", "gpt2_small_mars.py", {"is_approx": False}),
-    **{f"run_llama_{size}_{opt}.sh": (f"llama_{size}_{opt}", f"llama_{size}_{opt}.py", {"dataset": "fineweb100B"})
-       for opt in ("adamw", "mars", "muon") for size in ("124m", "210m", "720m")},
-    "run_mars_small_multinode.sh": ("gpt2_small_mars", "gpt2_small_mars.py", {}),
-}
+# The cells scripts/run.sh dry-runs here: the paper's and the MARS-M paper's GPT-2 runs (MARS-exact and the FineWeb-Edu
+# runs included) and the Llama benchmark's AdamW, MARS and Muon (the other cells load in test_paper_configs.py)
+PAPER_CELLS = [name for name in CELLS
+               if re.fullmatch(r"(gpt2|llama)_[a-z0-9]+_(adamw|mars|muon|mars_m|moonlight)(_exact|_fw)?", name)]
 # What the dry run replaces (scripts/common.sh), and what launch sets per run
 DRY_RUN_KEYS = {"device", "compile", "n_layer", "n_head", "n_embd", "block_size", "micro_batch_size",
                 "total_batch_size", "max_tokens", "max_iters", "warmup_iters", "eval_interval", "eval_sequences",
@@ -66,14 +59,14 @@ def read_run(out_dir) -> tuple[dict, list[dict]]:
 # sweep tool in mini_sweep.sh's)
 MINI_PAPER_RECIPES = {"adamw": "AdamW", "muon": "Muon", "mars_exact": "MARS-exact", "mars_approx": "MARS-approx",
                       "mars_m": "MARS-M-approx", "moonlight": "Moonlight"}
-# job name: (script, extra environment); all run at once (two at a time) in the fixture below
+# job name: (script, its arguments, extra environment); all run at once (two at a time) in the fixture below
 JOBS = {
-    **{script: (script, {}) for script in EXPECTED_RUNS},
-    "run_mars_small_multinode.sh": ("run_mars_small_multinode.sh", {"NNODES": "1", "RDZV_ENDPOINT": f"localhost:{free_port()}"}),
-    "budget": ("run_adamw_small.sh", {"TOKENS": "5B"}),
-    "torchrun": ("run_muon_small.sh", {"NGPU": "2"}),
-    "mini_sweep.sh": ("mini_sweep.sh", {"JOBS": "1"}),
-    "mini_paper.sh": ("mini_paper.sh", {"JOBS": "1", "SEEDS": "1", "RECIPES": ",".join(MINI_PAPER_RECIPES)}),
+    **{cell: ("run.sh", (cell,), {}) for cell in PAPER_CELLS},
+    "multinode": ("run.sh", ("gpt2_small_mars",), {"NNODES": "1", "RDZV_ENDPOINT": f"localhost:{free_port()}"}),
+    "budget": ("run.sh", ("gpt2_small_adamw",), {"TOKENS": "5B"}),
+    "torchrun": ("run.sh", ("gpt2_small_muon",), {"NGPU": "2"}),
+    "mini_sweep.sh": ("mini_sweep.sh", (), {"JOBS": "1"}),
+    "mini_paper.sh": ("mini_paper.sh", (), {"JOBS": "1", "SEEDS": "1", "RECIPES": ",".join(MINI_PAPER_RECIPES)}),
 }
 
 
@@ -83,9 +76,9 @@ def dry_runs(tiny_dataset, tmp_path_factory) -> dict[str, tuple[subprocess.Compl
     root = tmp_path_factory.mktemp("dry_runs")
 
     def run(job: str) -> tuple[subprocess.CompletedProcess, str]:
-        script, env = JOBS[job]
+        script, args, env = JOBS[job]
         out_root = str(root / job)
-        return run_script(script, out_root, tiny_dataset, **env), dry_run_root(out_root)
+        return run_script(script, out_root, tiny_dataset, *args, **env), dry_run_root(out_root)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(JOBS, pool.map(run, JOBS)))
@@ -96,21 +89,22 @@ def test_bash_syntax(script):
     subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
 
 
-def test_every_run_script_is_checked():
-    assert {s for s in SCRIPTS if s.startswith("run_")} == set(EXPECTED_RUNS)
+def test_the_paper_cells_are_all_dry_run():
+    """The paper's 19 GPT-2 runs, MARS-exact, the 8 FineWeb-Edu runs and the Llama's 9 (a new paper cell joins)."""
+    assert len(PAPER_CELLS) == 19 + 1 + 8 + 9
 
 
-@pytest.mark.parametrize("script", sorted(EXPECTED_RUNS))
-def test_run_script_dry_run(script, dry_runs):
-    proc, out_root = dry_runs[script]
+@pytest.mark.parametrize("cell", PAPER_CELLS)
+def test_run_sh_dry_runs_each_paper_cell(cell, dry_runs):
+    """scripts/run.sh <cell> runs the cell's resolved config (bar what the dry run shrinks) as run <cell>."""
+    proc, out_root = dry_runs[cell]
     check_ok(proc)
-    run_name, config_file, script_values = EXPECTED_RUNS[script]
-    info, rows = read_run(os.path.join(out_root, run_name))
-    expected = {k: v for k, v in read_config_file(str(REPO / "config" / config_file)).items() if k not in DRY_RUN_KEYS}
-    expected.update(script_values)
+    info, rows = read_run(os.path.join(out_root, cell))
+    expected = {k: v for k, v in read_config_file(str(REPO / "config" / f"{cell}.py")).items() if k not in DRY_RUN_KEYS}
     assert {k: info["config"][k] for k in expected} == expected
-    assert info["config"]["dataset"] == script_values.get("dataset", "openwebtext")
-    assert info["world_size"] == 1
+    assert info["config"]["dataset"] == ("fineweb-edu100B" if cell.endswith("_fw") else
+                                         "fineweb100B" if cell.startswith("llama") else "openwebtext")
+    assert (info["config"]["wandb_run_name"], info["world_size"]) == (cell, 1)
     assert [r["step"] for r in rows if r["type"] == "val"] == [0, 2]
 
 
@@ -136,17 +130,18 @@ def test_several_gpus_go_through_torchrun(dry_runs):
 
 
 def test_multinode_uses_the_rendezvous(dry_runs):
-    proc, _ = dry_runs["run_mars_small_multinode.sh"]
+    proc, _ = dry_runs["multinode"]
     assert "torchrun --nnodes=1 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=localhost:" in proc.stderr
-    missing = subprocess.run(["bash", str(REPO / "scripts" / "run_mars_small_multinode.sh")], capture_output=True,
-                             text=True, env={k: v for k, v in os.environ.items() if k != "RDZV_ENDPOINT"}, cwd=REPO)
+    missing = subprocess.run(["bash", str(REPO / "scripts" / "run.sh"), "gpt2_small_mars"], capture_output=True,
+                             text=True, env={**{k: v for k, v in os.environ.items() if k != "RDZV_ENDPOINT"},
+                                             "NNODES": "2"}, cwd=REPO)
     assert missing.returncode != 0 and "set RDZV_ENDPOINT" in missing.stderr
 
 
 def test_rerunning_a_script_resumes_its_run(tiny_dataset, tmp_path):
-    first = run_script("run_adamw_medium.sh", tmp_path, tiny_dataset, "--max_iters=1")  # "preempted" at step 1
+    first = run_script("run.sh", tmp_path, tiny_dataset, "gpt2_medium_adamw", "--max_iters=1")  # "preempted" at step 1
     check_ok(first)
-    second = run_script("run_adamw_medium.sh", tmp_path, tiny_dataset)
+    second = run_script("run.sh", tmp_path, tiny_dataset, "gpt2_medium_adamw")
     check_ok(second)
     assert "ckpt.pt exists: resuming it" in second.stdout and "resuming" in second.stdout
     assert "--init_from=resume" in second.stderr
@@ -155,12 +150,12 @@ def test_rerunning_a_script_resumes_its_run(tiny_dataset, tmp_path):
 
 
 def test_a_dry_run_leaves_the_real_runs_folder_alone(tiny_dataset, tmp_path):
-    dry = run_script("run_adamw_small.sh", tmp_path, tiny_dataset)
+    dry = run_script("run.sh", tmp_path, tiny_dataset, "gpt2_small_adamw")
     check_ok(dry)
     real_dir = tmp_path / "gpt2_small_adamw"
     assert not real_dir.exists() and os.path.exists(os.path.join(dry_run_root(tmp_path), "gpt2_small_adamw", "ckpt.pt"))
     # the real launch (made tiny by its overrides; its folder as the script names it) starts from scratch
-    real = run_script("run_adamw_small.sh", tmp_path, tiny_dataset,
+    real = run_script("run.sh", tmp_path, tiny_dataset, "gpt2_small_adamw",
                       *tiny_run_args(tiny_dataset, str(real_dir), max_iters=2, eval_interval=2, compile=False),
                       DRY_RUN="0", NGPU="1")
     check_ok(real)
@@ -172,7 +167,7 @@ def test_a_dry_run_leaves_the_real_runs_folder_alone(tiny_dataset, tmp_path):
 def test_paths_with_spaces(tiny_dataset, tmp_path):
     data_dir, out_root = tmp_path / "my data", tmp_path / "my runs"
     data_dir.symlink_to(tiny_dataset, target_is_directory=True)
-    proc = run_script("run_mars_small.sh", out_root, str(data_dir))
+    proc = run_script("run.sh", out_root, str(data_dir), "gpt2_small_mars")
     check_ok(proc)
     info, rows = read_run(os.path.join(dry_run_root(out_root), "gpt2_small_mars"))
     assert info["config"]["data_dir"] == str(data_dir) and [r["step"] for r in rows if r["type"] == "val"] == [0, 2]
@@ -202,7 +197,7 @@ def test_mini_paper_reports_every_optimizer_it_ran(dry_runs):
 def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
     from test_eval import write_hellaswag_jsonl, write_task_yaml
 
-    _, out_root = dry_runs["run_mars_small.sh"]
+    _, out_root = dry_runs["gpt2_small_mars"]
     run_dir = os.path.join(out_root, "gpt2_small_mars")
     jsonl = write_hellaswag_jsonl(str(tmp_path / "hellaswag.jsonl"))
     task_dir = write_task_yaml(tmp_path / "tasks", jsonl, "hellaswag")
@@ -219,13 +214,13 @@ def test_downstream_evaluation_feeds_the_report(dry_runs, tmp_path):
     assert f"| {100 * accuracy:.2f} | - | - | - | - | - | {100 * accuracy:.2f} |" in report.stdout
 
 
-def test_run_sh_launches_any_config_by_name(tiny_dataset, tmp_path):
-    """A baseline needs no script of its own: scripts/run.sh <config name> (here Schedule-Free AdamW, whose
-    recipe replaces the schedule)."""
+def test_run_sh_launches_any_cell_by_name(tiny_dataset, tmp_path):
+    """A baseline needs no script of its own: scripts/run.sh <cell> (here Schedule-Free AdamW, whose recipe replaces
+    the schedule); a name that is no cell is refused, listing the cells."""
     proc = run_script("run.sh", tmp_path, tiny_dataset, "gpt2_small_schedule_free_adamw")
     check_ok(proc)
     info, rows = read_run(os.path.join(dry_run_root(tmp_path), "gpt2_small_schedule_free_adamw"))
     assert (info["config"]["optimizer"], info["config"]["lr_schedule"]) == ("schedule-free-adamw", "constant")
     assert [r["step"] for r in rows if r["type"] == "val"] == [0, 2]
     proc = run_script("run.sh", tmp_path, tiny_dataset, "gpt2_small_sgd")
-    assert proc.returncode == 2 and "give a config's name, one of: " in proc.stderr and "gpt2_small_lion" in proc.stderr
+    assert proc.returncode == 2 and "is not a cell of config/cells.py; give one of: " in proc.stderr and "gpt2_small_lion" in proc.stderr

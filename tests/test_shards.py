@@ -28,16 +28,16 @@ def test_corrupt_shard_is_reported_by_name(tmp_path, damage):
         raw[8] += 1  # the token count no longer matches the size
     path.write_bytes(bytes(raw))
     with pytest.raises(ShardError, match="x_train_000001.bin"):
-        TokenWindows(str(tmp_path), "train", block_size=8)
+        TokenWindows(str(tmp_path), "train", block_size=8, vocab_size=50304)
 
 
 def test_missing_split_names_the_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
-        TokenWindows(str(tmp_path), "train", block_size=8)
+        TokenWindows(str(tmp_path), "train", block_size=8, vocab_size=50304)
 
 
 def test_step_batches_depend_only_on_seed_and_step(tiny_dataset):
-    windows = TokenWindows(tiny_dataset, "train", block_size=32)
+    windows = TokenWindows(tiny_dataset, "train", block_size=32, vocab_size=50304)
     batches = TrainBatches(windows, seed=3, sequences_per_step=8)
     whole, _ = batches.micro_batch(5, 0, 8, rank=0, world_size=1)
     # Two ranks with two micro-steps of 2 sequences each see the same 8 sequences.
@@ -49,7 +49,7 @@ def test_step_batches_depend_only_on_seed_and_step(tiny_dataset):
 
 
 def test_windows_never_cross_shards(tiny_dataset):
-    windows = TokenWindows(tiny_dataset, "train", block_size=32)
+    windows = TokenWindows(tiny_dataset, "train", block_size=32, vocab_size=50304)
     last = np.array([windows.num_windows - 1])
     x, y = windows.gather(last)
     tail = np.asarray(windows.shards[-1][-33:])
@@ -57,7 +57,7 @@ def test_windows_never_cross_shards(tiny_dataset):
 
 
 def test_validation_windows_are_fixed_and_spread(tiny_dataset):
-    windows = TokenWindows(tiny_dataset, "val", block_size=32)
+    windows = TokenWindows(tiny_dataset, "val", block_size=32, vocab_size=50304)
     ids = validation_window_ids(windows, 16)
     assert np.array_equal(ids, validation_window_ids(windows, 16))
     assert ids[0] == 0 and ids[-1] == windows.num_windows - 1 and len(ids) == 16

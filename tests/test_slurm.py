@@ -249,11 +249,11 @@ def test_the_time_limit_signal_requeues_a_run_too_long_for_one_life(cluster, tin
 
 
 def test_a_paper_run_script_submits_itself_with_slurm_1(cluster, tiny_dataset, tmp_path):
-    """SLURM=1 bash scripts/run_mars_small.sh: a row of the paper's table is one command that submits
+    """SLURM=1 bash scripts/run.sh gpt2_small_mars: a row of the paper's table is one command that submits
     scripts/slurm/train.sbatch; here its dry run (DRY_RUN=1: 2 steps on the CPU) runs as the job."""
     env = {**cluster.env, "SLURM": "1", "DRY_RUN": "1", "DATA_DIR": tiny_dataset, "OUT_ROOT": str(tmp_path / "runs"),
            "SBATCH_ARGS": f"--cpus-per-task=1 --output={tmp_path}/job-%j.out"}
-    proc = subprocess.run(["bash", "scripts/run_mars_small.sh"], env=env, cwd=REPO, capture_output=True, text=True,
+    proc = subprocess.run(["bash", "scripts/run.sh", "gpt2_small_mars"], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     job = re.search(r"Submitted batch job (\d+)", proc.stdout)[1]

@@ -71,7 +71,7 @@ def test_gradient_accumulation_gradients_directly(tiny_dataset):
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=32, n_layer=2, n_head=2, n_embd=32))
-    batches = TrainBatches(TokenWindows(tiny_dataset, "train", 32), seed=1, sequences_per_step=8)
+    batches = TrainBatches(TokenWindows(tiny_dataset, "train", 32, 50304), seed=1, sequences_per_step=8)
 
     def grads(micro: int) -> list[torch.Tensor]:
         model.zero_grad(set_to_none=True)

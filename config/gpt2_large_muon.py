@@ -1,9 +1,0 @@
-# GPT-2 large (774M) with Muon: the official AGI-Arena/MARS config/train_gpt2_large_muon.py.
-# 100k steps of 480 x 1024 tokens (~49B tokens); the scripts in scripts/ pick the dataset, GPU count,
-# micro-batch and token budget. Settings not assigned here or in the included files are the
-# defaults (config/__init__.py, optim/): warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8.
-include = ["gpt2_large.py", "paper_muon.py"]
-out_dir = "out/gpt2_large_muon"
-wandb_run_name = "gpt2_large_muon"
-learning_rate = 0.00667
-lr_1d = 0.001

@@ -1,8 +1,0 @@
-# GPT-2 medium (355M) with AdamW: the official AGI-Arena/MARS config/train_gpt2_medium_adamw.py.
-# 100k steps of 480 x 1024 tokens (~49B tokens); the scripts in scripts/ pick the dataset, GPU count,
-# micro-batch and token budget. Settings not assigned here or in the included files are the
-# defaults (config/__init__.py, optim/): warmup 2000, grad_clip 1.0, block_size 1024, eps 1e-8.
-include = ["gpt2_medium.py", "paper_adamw.py"]
-out_dir = "out/gpt2_medium_adamw"
-wandb_run_name = "gpt2_medium_adamw"
-learning_rate = 0.0003

@@ -1,6 +1,0 @@
-# GPT-2 small (124M) with Cautious AdamW, a baseline at the paper's setting (config/gpt2_small.py): 100k steps
-# of 480 x 1024 tokens; the scripts in scripts/ pick the dataset, GPU count, micro-batch and token budget.
-include = ["gpt2_small.py", "paper_cautious_adamw.py"]
-out_dir = "out/gpt2_small_cautious_adamw"
-wandb_run_name = "gpt2_small_cautious_adamw"
-learning_rate = 6e-4  # AdamW's (untuned)

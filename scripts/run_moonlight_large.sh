@@ -1,5 +1,0 @@
-#!/usr/bin/env bash
-# GPT-2 large with Moonlight on OpenWebText, as the official MARS_M/scripts/run_moonlight_large.sh.
-# Settings (NGPU, MICRO_BATCH, TOKENS, DRY_RUN, ...): see scripts/common.sh.
-source "$(dirname "$0")/common.sh"
-launch gpt2_large_moonlight config/gpt2_large_moonlight.py "$@"
