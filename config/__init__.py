@@ -111,6 +111,11 @@ class TrainConfig:
     # min_lr itself (the official train_muon.py since commit 0052466).
     min_lr_groups: str = "scaled"
     wsd_decay_frac: float = 0.2  # wsd: fraction of the run spent decaying linearly to min_lr
+    # How each group's decoupled weight decay follows the schedule: "constant" (weight_decay as set, so the decay of
+    # a step is lr x weight_decay: AdamW's) or "lr" (schedule-coupled, AdamC / Muon-C: Defazio, arXiv 2506.02285;
+    # weight_decay x lr / the group's peak lr, so a step decays lr^2 / peak x weight_decay), for every group that
+    # decays, of any optimizer whose groups carry weight_decay (torch's and external ones too)
+    weight_decay_schedule: str = "constant"
 
     # ---- evaluation, logging, checkpoints
     eval_interval: int = 1000
@@ -216,6 +221,7 @@ CHOICES = {  # the allowed values of the loop's keys that name a choice
     "tokenizer": TOKENIZERS,
     "model": tuple(PRESETS),
     "lr_schedule": ("cosine", "constant", "wsd", "onecycle"),
+    "weight_decay_schedule": ("constant", "lr"),
     "min_lr_groups": ("scaled", "absolute"),
     "dtype": ("auto", "bfloat16", "float16", "float32"),
     "data_parallel": ("ddp", "fsdp"),

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 import config
+from errors import ConfigError
 from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
 from optim.adamuon import AdaMuonHyperparameters, build_adamuon
 from optim.adam_mini import AdamMiniHyperparameters, build_adam_mini
@@ -137,7 +138,7 @@ def help_text(argv: list[str]) -> str:
 
 def build_optimizer(model: nn.Module, cfg: config.TrainConfig, device_type: str) -> torch.optim.Optimizer:
     """The optimizer named by cfg.optimizer, each param group's base_lr set to its initial lr (under mup, the
-    hidden matrices' scaled by mup_scale_hidden_groups)."""
+    hidden matrices' scaled by mup_scale_hidden_groups) and its base_weight_decay to its weight_decay."""
     loop = Loop(learning_rate=cfg.learning_rate, compiled=cfg.compile, device_type=device_type,
                 total_iters=cfg.total_iters(), tokens_per_step=cfg.total_batch_size)
     optimizer = OPTIMIZERS[cfg.optimizer].build(model, cfg.hyperparameters, loop)
@@ -145,6 +146,11 @@ def build_optimizer(model: nn.Module, cfg: config.TrainConfig, device_type: str)
         mup_scale_hidden_groups(model, optimizer, cfg.hyperparameters.mup_hidden_rule)
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]
+        if "weight_decay" in group:  # (the schedule's weight_decay_schedule="lr" scales it from here)
+            group["base_weight_decay"] = group["weight_decay"]
+    if cfg.weight_decay_schedule == "lr" and not any("weight_decay" in g for g in optimizer.param_groups):
+        raise ConfigError(f"weight_decay_schedule=lr: {cfg.optimizer}'s param groups have no weight_decay (its "
+                          "decay, if any, is its own rule), so the schedule would change nothing; remove the setting")
     return optimizer
 
 

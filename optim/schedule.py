@@ -54,9 +54,12 @@ def scheduled_lr(step: int, base_lr: float, floor: float, cfg: TrainConfig, tota
 
 
 def set_learning_rates(optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig, total_iters: int) -> float:
-    """Set every group's lr for this step; returns the main group's (for the logs)."""
+    """Set every group's lr for this step (and, under weight_decay_schedule="lr", its weight_decay: base_weight_decay
+    x lr / base_lr); returns the main group's (for the logs)."""
     for group in optimizer.param_groups:
         base = group["base_lr"]
         floor = cfg.min_lr if cfg.min_lr_groups == "absolute" else base * cfg.min_lr / cfg.learning_rate
         group["lr"] = scheduled_lr(step, base, floor, cfg, total_iters)
+        if cfg.weight_decay_schedule == "lr" and "base_weight_decay" in group and base > 0:
+            group["weight_decay"] = group["base_weight_decay"] * group["lr"] / base
     return scheduled_lr(step, cfg.learning_rate, cfg.min_lr, cfg, total_iters)
