@@ -243,7 +243,7 @@ def state_key(cfg: TrainConfig, *shape) -> str:
     """What decides an optimizer's state: the optimizer, the settings that shape its state (the registry's
     state_keys), and what else shapes it (the model's)."""
     hp = cfg.hyperparameters
-    return repr((cfg.optimizer, [getattr(hp, k) for k in hp.state_keys], *shape))
+    return repr((cfg.optimizer, [getattr(hp, k) for k in hp.state_keys], cfg.weight_averaging, *shape))
 
 
 def optimizer_profile(cfg: TrainConfig) -> OptimizerProfile:

@@ -23,7 +23,7 @@ from runtime import device_type, resolve_dtype
 
 # Settings that shape the optimizer and grad-scaler state whatever the optimizer: a resume cannot
 # change them (each optimizer declares its own in the registry, optim/__init__.py).
-STATE_KEYS = ("optimizer", "dtype")
+STATE_KEYS = ("optimizer", "dtype", "weight_averaging")
 # Keys that differ between a run and its own resume.
 RESUME_ONLY_KEYS = ("init_from", "eval_only")
 

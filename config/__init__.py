@@ -117,6 +117,14 @@ class TrainConfig:
     # decays, of any optimizer whose groups carry weight_decay (torch's and external ones too)
     weight_decay_schedule: str = "constant"
 
+    # ---- weight averaging: the weights evaluated and saved are an average of those the optimizer visits, for any
+    # optimizer (optim/averaging.py; training goes on from the weights themselves): "" none | ema | uniform (from
+    # averaging_start on), one point every averaging_interval steps; a resume keeps the run's choice
+    weight_averaging: str = ""
+    ema_decay: float = 0.95  # ema: average <- average + (1 - ema_decay) (weights - average) (epfml's default)
+    averaging_interval: int = 10  # a point every this many steps (epfml's ewa_interval)
+    averaging_start: int = 0  # the step of the first point (ema: its start, e.g. warmup_iters; uniform: the tail's)
+
     # ---- evaluation, logging, checkpoints
     eval_interval: int = 1000
     eval_sequences: int = 200  # fixed validation windows (the same every eval and every run)
@@ -222,6 +230,7 @@ CHOICES = {  # the allowed values of the loop's keys that name a choice
     "model": tuple(PRESETS),
     "lr_schedule": ("cosine", "constant", "wsd", "onecycle"),
     "weight_decay_schedule": ("constant", "lr"),
+    "weight_averaging": ("", "ema", "uniform"),
     "min_lr_groups": ("scaled", "absolute"),
     "dtype": ("auto", "bfloat16", "float16", "float32"),
     "data_parallel": ("ddp", "fsdp"),
@@ -267,7 +276,7 @@ def _check_values(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key '{key}' must be positive, got {getattr(cfg, key)}")
     for key in ("warmup_iters", "lr_decay_iters", "ckpt_interval", "hellaswag_interval", "hellaswag_examples",
                 "max_tokens", "sample_tokens", "n_layer", "n_head", "n_embd", "min_lr", "grad_clip", "peak_flops",
-                "ddp_bucket_mb", "step_timeout", "max_requeues"):
+                "ddp_bucket_mb", "step_timeout", "max_requeues", "averaging_start"):
         if not getattr(cfg, key) >= 0:
             raise ConfigError(f"config key '{key}' must not be negative, got {getattr(cfg, key)}")
     if 0 < cfg.ddp_bucket_mb < 1:  # torch's first DDP bucket is 1 MB; compiled DDP refuses a cap below it
@@ -275,6 +284,9 @@ def _check_values(cfg: TrainConfig) -> None:
                           "the size of its first bucket): set 1 or more, or 0 for one transformer block's gradients")
     if not 0.0 <= cfg.dropout < 1.0:
         raise ConfigError(f"config key 'dropout' must be in [0, 1), got {cfg.dropout}")
+    if not 0.0 <= cfg.ema_decay < 1.0 or cfg.averaging_interval < 1:
+        raise ConfigError(f"ema_decay must be in [0, 1) and averaging_interval at least 1, got {cfg.ema_decay} and "
+                          f"{cfg.averaging_interval}")
     if not 0.0 <= cfg.wsd_decay_frac <= 1.0:
         raise ConfigError(f"config key 'wsd_decay_frac' must be in [0, 1], got {cfg.wsd_decay_frac}")
     cfg.grad_accum_steps(world_size=1)  # the batch must split into micro-batches (per rank: checked at launch)

@@ -22,6 +22,7 @@ import torch.nn as nn
 import config
 from errors import ConfigError
 from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
+from optim.averaging import with_weight_averaging
 from optim.adamuon import AdaMuonHyperparameters, build_adamuon
 from optim.adam_mini import AdamMiniHyperparameters, build_adam_mini
 from optim.adamh import AdamHHyperparameters, build_adamh
@@ -151,6 +152,9 @@ def build_optimizer(model: nn.Module, cfg: config.TrainConfig, device_type: str)
     if cfg.weight_decay_schedule == "lr" and not any("weight_decay" in g for g in optimizer.param_groups):
         raise ConfigError(f"weight_decay_schedule=lr: {cfg.optimizer}'s param groups have no weight_decay (its "
                           "decay, if any, is its own rule), so the schedule would change nothing; remove the setting")
+    if cfg.weight_averaging:
+        optimizer = with_weight_averaging(optimizer, cfg.weight_averaging, cfg.ema_decay, cfg.averaging_interval,
+                                          cfg.averaging_start)
     return optimizer
 
 

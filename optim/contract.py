@@ -156,6 +156,8 @@ class EvaluationWeights(abc.ABC):
 class GroupState:
     """An optimizer that keeps run state in its param groups, under these keys."""
 
+    __slots__ = ()  # (no instance layout of its own: optim/averaging.py mixes it into a built optimizer's class)
+
     group_state_keys: ClassVar[tuple[str, ...]]
 
 

@@ -324,3 +324,16 @@ def counted_orthogonalizations():
         yield count
     finally:
         optim.newton_schulz.newton_schulz5_batched = original
+
+
+def random_gradient_step(model, optimizer, generator) -> None:
+    """One optimizer step on random gradients (MARS-exact's second gradient stashed first, as the loop does)."""
+    def draw_gradients() -> None:
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=generator, dtype=p.dtype)
+
+    if hasattr(optimizer, "stash_grad_for_next_step"):
+        draw_gradients()
+        optimizer.stash_grad_for_next_step()
+    draw_gradients()
+    optimizer.step()

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from conftest import run_train, step_weights, tiny_run_args
+from conftest import random_gradient_step, run_train, step_weights, tiny_run_args
 from config import ConfigError
 from model import GPT, GPTConfig
 from optim import OPTIMIZERS, build_optimizer, load_config
@@ -93,13 +93,7 @@ def test_every_optimizer_reads_its_groups_weight_decay_at_each_step(name):
                     group["weight_decay"] = 0.0
         generator = torch.Generator().manual_seed(1)
         for _ in range(2):
-            if hasattr(optimizer, "stash_grad_for_next_step"):  # (MARS-exact's second gradient)
-                for p in model.parameters():
-                    p.grad = torch.randn(p.shape, generator=generator, dtype=p.dtype)
-                optimizer.stash_grad_for_next_step()
-            for p in model.parameters():
-                p.grad = torch.randn(p.shape, generator=generator, dtype=p.dtype)
-            optimizer.step()
+            random_gradient_step(model, optimizer, generator)
         results.append([p.detach().clone() for p in decayed])
     differences = [(a - b).abs().max().item() for a, b in zip(*results)]
     assert max(differences) > 0, f"{name} ignored a change of its groups' weight_decay after construction"
