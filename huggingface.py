@@ -31,11 +31,12 @@ from dataclasses import fields
 
 import torch
 
+from config import hf_source
+from config.models import OWN_COMPONENTS, GPTConfig, components
 from data.tokenizer import EOT_TOKEN, ByteEncoding
 from errors import InputError
-from model import OWN_COMPONENTS, GPT, GPTConfig, components, mlp_hidden, swiglu_hidden
+from model import GPT, mlp_hidden, swiglu_hidden
 
-HF_PREFIX = "hf:"  # --init_from=hf:<folder or hub name>
 # Linear weights that GPT-2 keeps in Conv1D layout (in_features, out_features).
 CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # The GPTConfig fields the mapping expresses; a new field must be mapped (or refused) here. (init shapes
@@ -191,11 +192,6 @@ def checkpoint_model_args(hf, source: str) -> dict:
                 norm_eps=hf.rms_norm_eps, rope_theta=_rope_theta(hf), mlp_ratio=mlp_ratio,
                 tie_embeddings=bool(getattr(hf, "tie_word_embeddings", False)), bias=False,
                 scale_attn_by_inverse_layer_idx=False, vocab_size=hf.vocab_size)
-
-
-def hf_source(init_from: str) -> str | None:
-    """The folder or hub name of --init_from=hf:<source>; None for another init_from."""
-    return init_from[len(HF_PREFIX):] if init_from.startswith(HF_PREFIX) else None
 
 
 def _looks_like_a_path(source: str) -> bool:

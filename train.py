@@ -37,14 +37,16 @@ from checkpoint import (
     CheckpointError, FileCheckpoints, RunState, ShardedCheckpoints, check_resumable, has_checkpoint, load_checkpoint,
     load_latest, restore_training_state, run_meta,
 )
-from config import HELP_FLAGS, PRINT_CONFIG_FLAG, ConfigError, TrainConfig, recorded_config
+from config import (
+    HELP_FLAGS, PRINT_CONFIG_FLAG, ConfigError, TrainConfig, help_text, hf_source, load_config, recorded_config,
+)
 from data.loader import TokenWindows, TrainBatches, to_device, validation_window_ids
 from data.prepare import PrepareError, check_complete
 from data.shards import ShardError
 from errors import InputError, exit_on_input_error
-from huggingface import hf_source, load_hf_weights
+from huggingface import hf_model_args, load_hf_weights
 from model import GPT, GPTConfig
-from optim import build_optimizer, help_text, load_config
+from optim import HYPERPARAMETERS, build_optimizer
 from optim.contract import (
     EvaluationWeights, VarianceReduction, evaluation_weights, needs_hessian_estimate, needs_second_gradient,
 )
@@ -493,11 +495,11 @@ def main(argv: list[str]) -> None:
     keep_early_stop_signals()  # (again, for a script that imported train and calls main: from here on)
     with exit_on_input_error(ShardError, FileNotFoundError, FloatingPointError, PrepareError):
         if any(arg in HELP_FLAGS for arg in argv):
-            print(help_text(argv))
+            print(help_text(argv, HYPERPARAMETERS))
             sys.exit(0)
         arguments = [arg for arg in argv if arg != PRINT_CONFIG_FLAG]
         run_config = recorded_config(arguments)  # --init_from=resume --out_dir=X alone: X's own config
-        cfg = load_config(arguments, run_config)
+        cfg = load_config(arguments, HYPERPARAMETERS, run_config, hf_model_args)
         if run_config is not None and os.environ.get("RANK", "0") == "0":
             print(f"resuming {cfg.out_dir} with its own config (config.json) and the overrides on the line")
         if PRINT_CONFIG_FLAG in argv:  # the config as config.json would record it; nothing started

@@ -72,7 +72,8 @@ from bench.optimizer_step import (
 from bench.recipes import VARIANTS, paper_config_args
 from config import CHOICES, TrainConfig, read_config_file
 from data.shards import write_shard
-from model import GPT, GPTConfig, PRESETS
+from config.models import PRESETS
+from model import GPT, GPTConfig
 from optim import OPTIMIZERS, build_optimizer, load_config
 from optim.contract import Product
 from optim.routing import parameter_kinds

@@ -102,7 +102,8 @@ from bench.recipes import paper_config_args
 import optim.newton_schulz
 from optim.newton_schulz import ns5_flops
 from config import TrainConfig
-from model import OWN_COMPONENTS, GPT, GPTConfig, components, mlp_hidden
+from config.models import OWN_COMPONENTS, components
+from model import GPT, GPTConfig, mlp_hidden
 from optim import OPTIMIZERS, load_config
 from optim.sharding import balanced_owners, received_bytes, row_blocks
 from optim.routing import parameter_kinds

@@ -34,7 +34,8 @@ import torch
 import train
 from bench import print_header
 from config import TrainConfig
-from model import GPT, GPTConfig, PRESETS
+from config.models import PRESETS
+from model import GPT, GPTConfig
 
 NANOGPT_FILES = ("train.py", "model.py", "configurator.py")
 ITER_LINE = re.compile(r"^iter (\d+): loss [\d.naif]+, time ([\d.]+)ms")

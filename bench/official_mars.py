@@ -32,7 +32,8 @@ import torch
 
 from bench import print_header
 from bench.gpu import MARS_ADAMW_FLOOR, time_optimizer_steps
-from model import GPT, GPTConfig, PRESETS
+from config.models import PRESETS
+from model import GPT, GPTConfig
 from optim import MARS
 
 # The official constructor's arguments, which ours shares (GPT-2 small's paper values where they exist).

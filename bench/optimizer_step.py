@@ -49,7 +49,8 @@ from torch.optim import Optimizer
 
 import bench
 from bench.memory import Tensor, ns5_costs, ns5_exchange
-from model import GPT, GPTConfig, PRESETS
+from config.models import PRESETS
+from model import GPT, GPTConfig
 from optim import MARS, OPTIMIZERS, build_optimizer, load_config
 from optim.contract import MatrixProducts, Product
 from optim.sharding import balanced_owners, received_bytes

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 
 from config.cells import CELLS
-from model import PRESETS
+from config.models import PRESETS
 from optim import OPTIMIZERS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from checkpoint.file import LATEST, CheckpointError, _to_stderr, load_file, step_checkpoints
 from checkpoint.sharded import load_sharded_meta, load_sharded_state, named_optimizer_state
-from model import ARCHITECTURE_NAMES, GPTConfig
+from config.models import ARCHITECTURE_NAMES, GPTConfig
 from optim.contract import GroupState
 from runtime import device_type, resolve_dtype
 

@@ -30,11 +30,11 @@ import typing
 from dataclasses import dataclass
 
 from config.cells import CELLS
-from data.tokenizer import TOKENIZERS
-from huggingface import hf_model_args, hf_source
-from model import COMPONENTS, PARAMETRIZATIONS, PRESETS, GPTConfig
+from config.models import COMPONENTS, PARAMETRIZATIONS, PRESETS, GPTConfig
 from errors import ConfigError
 
+TOKENIZERS = ("gpt2", "bytes")  # the token shards' (data/tokenizer.py)
+HF_PREFIX = "hf:"  # --init_from=hf:<folder or hub name>: a Hugging Face checkpoint (huggingface.py)
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd")  # a config's values override the preset's; 0 keeps the preset's
 GPT2_ONLY = ("bias", "scale_attn_by_inverse_layer_idx")  # a Llama has neither (model_args)
 
@@ -54,7 +54,7 @@ class TrainConfig:
     data_dir: str = ""
     tokenizer: str = "gpt2"  # the shards' tokenizer (data/tokenizer.py): gpt2 | bytes; for samples and HellaSwag
 
-    # ---- model: the fields of model.GPTConfig (defaults from there); `model` names one of model.PRESETS (its
+    # ---- model: the fields of GPTConfig (config/models.py: defaults from there); `model` names one of its PRESETS (its
     # architecture, GPT-2 or Llama, and its shape), and n_layer/n_head/n_embd override it. bias and
     # scale_attn_by_inverse_layer_idx are GPT-2's: a Llama has neither (a config file's are dropped; an override
     # asking for either is refused)
@@ -100,6 +100,10 @@ class TrainConfig:
     grad_clip: float = 1.0  # global-norm clipping; 0 disables
     # the optimizer's settings (load_config fills it from the keys above and the optimizer's own): not a key
     hyperparameters: typing.Any = dataclasses.field(default=None, metadata={"settable": False})
+    # how model_args() reads the model of init_from='hf:...' (huggingface.hf_model_args, which load_config's caller
+    # hands in: the config sits below the model and its Hugging Face mapping, and imports neither): not a key
+    read_checkpoint_model: typing.Any = dataclasses.field(default=None, metadata={"settable": False}, repr=False,
+                                                          compare=False)
 
     # ---- learning-rate schedule: cosine | constant | wsd (warmup-stable-decay) | onecycle (optim/schedule.py)
     lr_schedule: str = "cosine"
@@ -180,9 +184,12 @@ class TrainConfig:
     def model_args(self) -> dict[str, typing.Any]:
         """GPTConfig arguments: GPTConfig's defaults, the preset's (its architecture and shape), the config's own
         model keys, and any explicit n_layer/n_head/n_embd (0: the preset's). Starting from a Hugging Face
-        checkpoint (init_from='hf:...'), its config.json's architecture and shape instead (hf_model_args)."""
+        checkpoint (init_from='hf:...'), its config.json's architecture and shape instead (read_checkpoint_model)."""
         if hf_source(self.init_from):
-            return hf_model_args(self)
+            if self.read_checkpoint_model is None:
+                raise ConfigError(f"init_from={self.init_from}: the config was read without the Hugging Face mapping "
+                                  "that reads the checkpoint's model; read it with optim.load_config")
+            return self.read_checkpoint_model(self)
         args = {f.name: f.default for f in dataclasses.fields(GPTConfig)} | PRESETS[self.model]
         args |= {key: getattr(self, key) for key in args if hasattr(self, key) and key not in SHAPE_KEYS}
         args |= {key: getattr(self, key) for key in SHAPE_KEYS if getattr(self, key)}
@@ -216,6 +223,11 @@ class TrainConfig:
         # the model as built: a Llama has no biases whatever bias says (model_args), so it records bias=False
         loop |= {key: value for key, value in self.model_args().items() if key in loop and key not in SHAPE_KEYS}
         return loop | (self.hyperparameters.to_dict() if self.hyperparameters is not None else {})
+
+
+def hf_source(init_from: str) -> str | None:
+    """The folder or hub name of --init_from=hf:<source>; None for another init_from."""
+    return init_from[len(HF_PREFIX):] if init_from.startswith(HF_PREFIX) else None
 
 
 def settable_keys(schema: type) -> list[str]:
@@ -520,10 +532,11 @@ def recorded_config(argv: list[str]) -> dict[str, typing.Any] | None:
     return {key: value for key, value in recorded.items() if key != "init_from"}
 
 
-def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], base: dict[str, typing.Any] | None = None
-                ) -> TrainConfig:
+def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], base: dict[str, typing.Any] | None = None,
+                read_checkpoint_model: typing.Callable | None = None) -> TrainConfig:
     """Build the config from [config_file.py] [--key=value ...]; base values come first. hyperparameters:
-    each optimizer's settings class (the registry's, optim.HYPERPARAMETERS), which validates its keys."""
+    each optimizer's settings class (the registry's, optim.HYPERPARAMETERS), which validates its keys;
+    read_checkpoint_model: how the model of init_from='hf:...' is read (huggingface.hf_model_args)."""
     values: dict[str, typing.Any] = dict(base or {})
     overridden: dict[str, str] = {}  # key -> the override that set it
     for arg in argv:
@@ -555,7 +568,8 @@ def load_config(argv: list[str], hyperparameters: typing.Mapping[str, type], bas
         every_key = sorted(loop_keys | {f.name for schema in hyperparameters.values() for f in dataclasses.fields(schema)})
         raise ConfigError(f"unknown config key '{key}'{_suggest(key, every_key)}")
     settings = hyperparameters[optimizer](**{k: v for k, v in values.items() if k in own_keys})
-    cfg = TrainConfig(**{k: v for k, v in values.items() if k in loop_keys}, hyperparameters=settings)
+    cfg = TrainConfig(**{k: v for k, v in values.items() if k in loop_keys}, hyperparameters=settings,
+                      read_checkpoint_model=read_checkpoint_model)
     dropped = [overridden[key] for key in GPT2_ONLY if key in overridden and values[key]]
     if dropped and cfg.model_args()["architecture"] == "llama":  # (a config file's are dropped, as documented)
         raise ConfigError(f"{', '.join(dropped)}: model '{cfg.model}' is a Llama, which has no biases and its "

@@ -68,7 +68,8 @@ from tqdm import tqdm
 # does not need it.
 
 from data.shards import ShardError, open_shard, write_shard
-from data.tokenizer import TOKENIZERS, get_encoding
+from config import TOKENIZERS
+from data.tokenizer import get_encoding
 from files import atomic_write, file_sha256
 
 DEFAULT_SHARD_SIZE = 100_000_000  # tokens; 200 MB per shard

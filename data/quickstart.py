@@ -23,7 +23,7 @@ import numpy as np
 
 from data.prepare import tokenize_in_order
 from data.shards import write_shard
-from data.tokenizer import TOKENIZERS
+from config import TOKENIZERS
 from errors import InputError, exit_on_input_error
 
 SKIPPED_DIRS = {"test", "tests", "site-packages", "idlelib", "lib2to3", "turtledemo", "__pycache__"}

@@ -25,6 +25,7 @@ import tempfile
 import numpy as np
 import tiktoken
 
+from config import TOKENIZERS
 from files import atomic_write
 
 EOT_TOKEN = 50256  # <|endoftext|>, the document delimiter
@@ -86,7 +87,6 @@ class ByteEncoding:
         return bytes(t for t in tokens if t < 256).decode("utf-8", errors="replace")
 
 
-TOKENIZERS = ("gpt2", "bytes")
 Encoding = tiktoken.Encoding | ByteEncoding  # what get_encoding returns
 
 

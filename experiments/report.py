@@ -48,7 +48,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from eval.paper import PAPER_COLUMNS, paper_scores  # noqa: E402
 from config import TrainConfig  # noqa: E402
-from model import ARCHITECTURE_NAMES, PRESETS  # noqa: E402
+from config.models import ARCHITECTURE_NAMES, PRESETS  # noqa: E402
 from optim import display_name, gradients_per_step  # noqa: E402
 from errors import InputError, exit_on_input_error  # noqa: E402
 from experiments.rankings import agreement_lines  # noqa: E402

@@ -21,6 +21,7 @@ import torch.nn as nn
 
 import config
 from errors import ConfigError
+from huggingface import hf_model_args
 from optim.ademamix import AdEMAMixHyperparameters, build_ademamix
 from optim.averaging import with_weight_averaging
 from optim.adamuon import AdaMuonHyperparameters, build_adamuon
@@ -128,8 +129,9 @@ HYPERPARAMETERS = SettingsTable()
 
 
 def load_config(argv: list[str], base: dict[str, Any] | None = None) -> config.TrainConfig:
-    """config.load_config with the registry's hyperparameters: [config_file.py] [--key=value ...]."""
-    return config.load_config(argv, HYPERPARAMETERS, base)
+    """config.load_config with the registry's hyperparameters and the Hugging Face mapping (which reads the model of
+    init_from='hf:...'): [config_file.py] [--key=value ...]."""
+    return config.load_config(argv, HYPERPARAMETERS, base, hf_model_args)
 
 
 def help_text(argv: list[str]) -> str:

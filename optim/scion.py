@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 
 from errors import ConfigError
-from huggingface import hf_source
+from config import hf_source
 from optim.contract import Loop, MatrixProducts, Product, positive, setting
 from optim.newton_schulz import (
     NewtonSchulzSettings, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_iterations,

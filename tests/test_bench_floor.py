@@ -18,7 +18,8 @@ from bench.gpu import FLOOR_HEADER, TABLE_HEADER
 from bench.optimizer_step import (
     PLAN_WORLD_SIZES, SMOKE_MODEL, matrix_shapes, measure_floors, owner_plan, print_owner_plans,
 )
-from model import GPT, GPTConfig, PRESETS
+from config.models import PRESETS
+from model import GPT, GPTConfig
 from optim import build_optimizer, load_config
 from optim.newton_schulz import ns5_flops, ns5_products
 from optim.sharding import balanced_owners

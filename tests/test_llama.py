@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import run_train, tiny_run_args
-from model import GPT, PRESETS, GPTConfig, apply_rotary, rotary_tables, swiglu_hidden
+from config.models import PRESETS
+from model import GPT, GPTConfig, apply_rotary, rotary_tables, swiglu_hidden
 from optim import OPTIMIZERS, build_optimizer, load_config
 from optim.routing import parameter_kinds
 from test_train import read_metrics

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import GPT, PRESETS, GPTConfig
+from config.models import PRESETS
+from model import GPT, GPTConfig
 
 
 def tiny_config(**kw) -> GPTConfig:

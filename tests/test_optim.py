@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from config import ConfigError, TrainConfig
-from model import GPT, GPTConfig, PRESETS
+from config.models import PRESETS
+from model import GPT, GPTConfig
 import optim.rules
 from optim import MARS, OPTIMIZERS, Muon, build_optimizer, load_config
 from optim.contract import needs_second_gradient
