@@ -22,7 +22,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from config.models import ARCHITECTURES, COMPONENTS, INITS, OWN_COMPONENTS, PARAMETRIZATIONS, GPTConfig, components
-from data.loader import LABEL_DRAW_RANGE
 
 
 def swiglu_hidden(n_embd: int) -> int:
@@ -58,11 +57,11 @@ class LinearCrossEntropy(torch.autograd.Function):
     linear cross-entropy): the logits exist a chunk at a time, instead of the whole (tokens x vocabulary) array
     materialised, upcast, zero-filled for its gradient and read again. The products run in the autocast dtype
     when autocast is on (as lm_head's would), the softmax in fp32. With label_draws instead of targets, each
-    row's label is drawn from its own softmax (sampled_labels)."""
+    row's label is label_sampler(its softmax, its draw) (GPT.label_sampler)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor | None,
-                label_draws: torch.Tensor | None = None) -> torch.Tensor:
+                label_draws: torch.Tensor | None = None, label_sampler=None) -> torch.Tensor:
         device_type = x.device.type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
         with torch.autocast(device_type, enabled=False):
@@ -80,7 +79,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                 # d(the chunk's summed loss)/d logits: softmax - one_hot(target), 0 on ignored rows
                 grad_logits = torch.exp(logits - logsumexp[:, None])
                 target = (targets[rows].clamp(min=0) if label_draws is None
-                          else sampled_labels(grad_logits, label_draws[rows]))
+                          else label_sampler(grad_logits, label_draws[rows]))
                 target_logit = logits.gather(1, target[:, None]).squeeze(1)
                 loss += torch.where(keep, logsumexp - target_logit, 0.0).sum()
                 grad_logits.scatter_add_(1, target[:, None], torch.full_like(target_logit, -1.0)[:, None])
@@ -92,19 +91,10 @@ class LinearCrossEntropy(torch.autograd.Function):
         return loss / count
 
     @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+    def backward(ctx, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:
         grad_x, grad_w, count = ctx.saved_tensors
         scale = grad_loss / count
-        return grad_x * scale.to(grad_x.dtype), (grad_w * scale).to(ctx.weight_dtype), None, None
-
-
-def sampled_labels(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
-    """A label per row of probs (rows x vocabulary) drawn from that row by inverse CDF at u = draw / 2^24 in
-    [0, 1) (draws: integers below LABEL_DRAW_RANGE): the first label whose cumulative probability exceeds u times
-    the row's total, which is 1 but for the rounding of a sum of 50k terms (so the last label gets no extra share)."""
-    cumulative = probs.cumsum(-1)
-    thresholds = draws[:, None].to(cumulative.dtype) / LABEL_DRAW_RANGE * cumulative[:, -1:]
-    return torch.searchsorted(cumulative, thresholds, right=True).squeeze(1).clamp_max(probs.size(-1) - 1)
+        return grad_x * scale.to(grad_x.dtype), (grad_w * scale).to(ctx.weight_dtype), None, None, None
 
 
 def rotary_tables(config: GPTConfig, length: int, device: torch.device) -> torch.Tensor:
@@ -157,9 +147,10 @@ class CausalSelfAttention(nn.Module):
         self.scale = 1.0 / (math.sqrt(head_dim) * math.sqrt(config.width_multiplier()))
         if config.scale_attn_by_inverse_layer_idx:
             self.scale /= layer_idx + 1
-        # QK-clip (optim/muonclip.py) reads each head's largest pre-softmax logit of a step's training forward
-        # passes: recorded only once it asks (record_max_logits), kept per rank, never saved.
-        self.register_buffer("max_logit", None, persistent=False)
+        # An optimizer that reads the attention logits of the training forward passes sets this (MuonClip's
+        # record of each head's largest logit, optim/muonclip.py): called with this module, q and k (after the
+        # rotary embedding, shaped B x heads x T x head size) beside the fused attention, which never forms them.
+        self.logits_observer = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
@@ -172,26 +163,10 @@ class CausalSelfAttention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True, scale=self.scale
         )
-        if self.max_logit is not None and self.training and torch.is_grad_enabled():
-            self._update_max_logit(q, k)
+        if self.logits_observer is not None and self.training and torch.is_grad_enabled():
+            self.logits_observer(self, q, k)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
-
-    def record_max_logits(self) -> None:
-        """From now on, keep max_logit: each head's largest logit of the training forward passes since it was last
-        reset to -inf (by QK-clip, after each step)."""
-        self.max_logit = torch.full((self.n_head,), -math.inf, device=self.c_attn.weight.device)
-
-    @torch.no_grad()
-    def _update_max_logit(self, q: torch.Tensor, k: torch.Tensor) -> None:
-        """max_logit <- max(max_logit, each head's largest causal logit q.k * scale in this batch). The fused
-        attention never forms the logits, so they are formed here once more (B x nh x T x T, no graph kept);
-        the running maximum spans a step's micro-batches (and a checkpointed block's recomputation)."""
-        T = q.size(2)
-        logits = (q @ k.transpose(-2, -1)) * self.scale
-        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
-        head_max = logits.masked_fill(future, -math.inf).amax(dim=(0, 2, 3)).float()
-        self.max_logit.copy_(torch.maximum(self.max_logit, head_max))
 
 
 class MLP(nn.Module):
@@ -256,6 +231,9 @@ class GPT(nn.Module):
             raise ValueError("parametrization 'mup' needs mup_base_width, the width its hyperparameters were tuned at")
         self.config = config
         self.fused_cross_entropy = fused_cross_entropy
+        # How label_draws become labels, (probabilities, draws) -> labels: set by an optimizer whose estimate takes
+        # the loss on labels drawn from the model's own predictions (Sophia: optim/sophia.py's sampled_labels)
+        self.label_sampler = None
         for name, choices in COMPONENTS.items():
             if getattr(config, name) not in choices:
                 raise ValueError(f"{name} {getattr(config, name)!r}: choose from {choices}")
@@ -320,11 +298,14 @@ class GPT(nn.Module):
         only the last position's logits are computed (for generation), unless
         all_logits asks for every position's (for scoring continuations). With
         fused_cross_entropy, a training forward (gradients on) returns the loss alone.
-        label_draws (B x T integers, sampled_labels) instead of targets: the loss against labels drawn from the
-        model's own next-token distribution at those numbers (Sophia's Hessian estimate: optim/sophia.py)."""
+        label_draws (B x T numbers, data.loader's) instead of targets: the loss against labels drawn from the
+        model's own next-token distribution at those numbers by label_sampler, which the optimizer that asks for
+        it sets (Sophia's Hessian estimate: optim/sophia.py's sampled_labels)."""
         b, t = idx.size()
         if targets is not None and label_draws is not None:
             raise ValueError("give targets or label_draws, not both")
+        if label_draws is not None and self.label_sampler is None:
+            raise ValueError("label_draws need a label_sampler: the optimizer that asks for them sets it")
         if t > self.config.block_size:
             raise ValueError(f"sequence of length {t} is longer than block_size {self.config.block_size}")
         x = self.transformer.wte(idx)
@@ -341,11 +322,12 @@ class GPT(nn.Module):
         draws = label_draws.reshape(-1) if label_draws is not None else None
         if self.fused_cross_entropy and torch.is_grad_enabled():  # training: the loss alone
             flat_targets = targets.reshape(-1) if targets is not None else None
-            return None, LinearCrossEntropy.apply(x.reshape(b * t, -1), self.lm_head.weight, flat_targets, draws)
+            return None, LinearCrossEntropy.apply(x.reshape(b * t, -1), self.lm_head.weight, flat_targets, draws,
+                                                  self.label_sampler)
         logits = self.lm_head(x)
         flat_logits = logits.view(-1, logits.size(-1)).float()
         if draws is not None:
-            targets = sampled_labels(flat_logits.detach().softmax(-1), draws)
+            targets = self.label_sampler(flat_logits.detach().softmax(-1), draws)
         loss = F.cross_entropy(flat_logits, targets.reshape(-1), ignore_index=-1)
         return logits, loss
 

@@ -51,7 +51,7 @@ def parallelize(model: GPT, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     compiled = torch.compile(model, mode=cfg.compile_mode) if cfg.compile else model
     if not rt.distributed:
         return compiled
-    # The model's only buffers are the attention's max-logit records (QK-clip), each rank's own: not broadcast.
+    # The model's only buffers are those an optimizer adds (MuonClip's max-logit records), each rank's own: not broadcast.
     return DDP(compiled, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
                bucket_cap_mb=ddp_bucket_mb(cfg, model), broadcast_buffers=False)
 

@@ -19,7 +19,7 @@ import torch
 from data.shards import ShardError, open_shard
 
 
-LABEL_DRAW_RANGE = 2**24  # the draws of sampled labels (model.sampled_labels): u = draw / 2^24, exact in fp32
+LABEL_DRAW_RANGE = 2**24  # the draws of sampled labels (optim/sophia.py's sampled_labels): u = draw / 2^24, exact in fp32
 
 
 class TokenWindows:

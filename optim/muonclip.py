@@ -15,14 +15,16 @@ each (its MLA's split of the rotary parts does not arise), so that head's logits
 published no code for it; this is their Algorithm 1 and Section 2.1 restated. Where we differ:
   - GPT-2's attention has biases (K2's has none): a head's query and key bias entries are scaled with its rows, so
     its logits still scale by exactly gamma;
-  - S_max^h is recorded by the model during the step's forward passes (model.CausalSelfAttention: the logits formed
-    once more beside the fused attention, no graph kept) and reduced over the ranks with one all-reduce (max) in
-    the step, on device: no second forward and no host sync.
+  - S_max^h is recorded during the step's forward passes (record_max_logits: the model's attention hands its q and
+    k to the observer this optimizer sets, which forms the logits once more beside the fused attention, no graph
+    kept) and reduced over the ranks with one all-reduce (max) in the step, on device: no second forward and no
+    host sync.
 The paper's tau is 100 (K2); a run whose logits stay below tau is Moonlight's, step for step.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +45,27 @@ class MuonClipHyperparameters(MoonlightHyperparameters):
         return "MuonClip"
 
 
+def record_max_logits(attention: list[nn.Module]) -> None:
+    """From now on each attention module keeps max_logit: each head's largest logit of the training forward passes
+    since QK-clip last reset it to -inf (a per-rank buffer, never saved), through the module's logits_observer."""
+    for module in attention:
+        module.register_buffer("max_logit", torch.full((module.n_head,), -math.inf, device=module.c_attn.weight.device),
+                               persistent=False)
+        module.logits_observer = update_max_logit
+
+
+@torch.no_grad()
+def update_max_logit(module: nn.Module, q: torch.Tensor, k: torch.Tensor) -> None:
+    """max_logit <- max(max_logit, each head's largest causal logit q.k * scale in this batch). The fused attention
+    never forms the logits, so they are formed here once more (B x nh x T x T, no graph kept); the running maximum
+    spans a step's micro-batches (and a checkpointed block's recomputation)."""
+    T = q.size(2)
+    logits = (q @ k.transpose(-2, -1)) * module.scale
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    head_max = logits.masked_fill(future, -math.inf).amax(dim=(0, 2, 3)).float()
+    module.max_logit.copy_(torch.maximum(module.max_logit, head_max))
+
+
 class MuonClip(Moonlight):
     def __init__(self, params: list[dict], attention: list[nn.Module], qk_clip_tau: float = 100.0, **moonlight):
         """params and moonlight: Moonlight's arguments. attention: the model's CausalSelfAttention modules (their
@@ -50,8 +73,7 @@ class MuonClip(Moonlight):
         record their heads' largest logits while this optimizer is built on them."""
         super().__init__(params, **moonlight)
         self.attention, self.qk_clip_tau = attention, qk_clip_tau
-        for module in attention:
-            module.record_max_logits()
+        record_max_logits(attention)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from data.loader import LABEL_DRAW_RANGE
 from errors import ConfigError
 from optim.adamw import decay_routing
 from optim.contract import HessianEstimate, Hyperparameters, Loop, beta, positive, setting
@@ -112,8 +113,18 @@ class Sophia(HessianEstimate, GroupwiseOptimizer):
         torch._foreach_add_(params, steps, alpha=-lr)
 
 
+def sampled_labels(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+    """A label per row of probs (rows x vocabulary) drawn from that row by inverse CDF at u = draw / 2^24 in
+    [0, 1) (draws: integers below LABEL_DRAW_RANGE): the first label whose cumulative probability exceeds u times
+    the row's total, which is 1 but for the rounding of a sum of 50k terms (so the last label gets no extra share)."""
+    cumulative = probs.cumsum(-1)
+    thresholds = draws[:, None].to(cumulative.dtype) / LABEL_DRAW_RANGE * cumulative[:, -1:]
+    return torch.searchsorted(cumulative, thresholds, right=True).squeeze(1).clamp_max(probs.size(-1) - 1)
+
+
 def build_sophia(model: nn.Module, hp: SophiaHyperparameters, loop: Loop) -> Sophia:
     groups = weight_decay_groups(model, decay_routing("sophia", hp.decay_embeddings), hp.weight_decay)
+    model.label_sampler = sampled_labels  # (the Hessian estimate's loss: on labels drawn from the model's predictions)
     return Sophia(groups, lr=loop.learning_rate, betas=(hp.beta1, hp.beta2), rho=hp.sophia_rho,
                   bs=hp.sophia_bs or loop.tokens_per_step, hessian_interval=hp.sophia_hessian_interval,
                   clip_hessian_gradient=hp.sophia_clip_hessian_gradient)

@@ -26,8 +26,9 @@ from torch.utils._pytree import tree_leaves
 from checkpoint import restore_training_state
 from config import ConfigError
 from data.loader import LABEL_DRAW_RANGE
-from model import GPT, GPTConfig, sampled_labels
+from model import GPT, GPTConfig
 from optim import HYPERPARAMETERS, OPTIMIZERS, build_optimizer, load_config
+from optim.sophia import sampled_labels
 from optim.adamw import decay_routing
 from optim.contract import (
     EvaluationWeights, HessianEstimate, Product, SecondGradient, VarianceReduction, evaluation_weights,
@@ -308,7 +309,7 @@ def test_sophia_refuses_float16_by_name():
 
 @pytest.mark.quick
 def test_the_labels_sophia_draws_follow_the_models_distribution_whatever_the_split(tiny_dataset):
-    """model.sampled_labels draws each label with its probability (20,000 draws a row); TrainBatches' draws (integers:
+    """optim.sophia.sampled_labels draws each label with its probability (20,000 draws a row); TrainBatches' draws (integers:
     a float input would be cast to bf16 by FSDP) for a step's rows are the same split over 1 rank and 2 micro-steps as
     over 4 ranks, and differ by step."""
     batches = TrainBatches(TokenWindows(tiny_dataset, "train", 32, 128), seed=3, sequences_per_step=8)

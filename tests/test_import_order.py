@@ -6,8 +6,9 @@ layers may import any)."""
 
 import ast
 import subprocess
+import sys
 
-from conftest import PYTHON, REPO
+from conftest import REPO
 
 LAYERS = {"errors": -1, "files": -1, "config": 0, "data": 1, "model": 2, "huggingface": 2, "optim": 3,
           "checkpoint": 4, "eval": 5}
@@ -40,4 +41,5 @@ def test_the_configuration_reads_without_torch():
              "values = config.read_config_file('config/gpt2_small_mars.py')\n"
              "config.TrainConfig(model=values['model'], learning_rate=values['learning_rate']).model_args()\n"
              "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:3]\n")
-    subprocess.run([PYTHON, "-c", probe], cwd=REPO, check=True, timeout=60)
+    # (a fresh interpreter, not conftest's PYTHON, which may be a preloaded one with torch imported)
+    subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=True, timeout=60)

@@ -19,6 +19,7 @@ import torch
 from conftest import without_key_bias
 from model import GPT, GPTConfig, apply_rotary, rotary_tables
 from optim import build_optimizer
+from optim.muonclip import record_max_logits
 from test_optim import TINY, tiny_config
 
 STEPS = 6
@@ -169,15 +170,15 @@ def test_muonclip_is_moonlight_then_kimi_k2s_qk_clip(architecture):
 
 
 def test_a_compiled_forward_records_the_logits_the_eager_one_does():
-    """The max-logit record is a buffer the compiled graph writes (torch.compile, as train.py runs the model): the
-    same maxima as eager, over two micro-batches, and nothing recorded in evaluation or without gradients."""
+    """The max-logit record is a buffer the compiled graph writes through the attention's logits_observer (MuonClip's,
+    torch.compile as train.py runs the model): the same maxima as eager, over two micro-batches, and nothing recorded
+    in evaluation or without gradients."""
     config = GPTConfig(**TINY)
     torch.manual_seed(0)
     eager = GPT(config)
     compiled_model = copy.deepcopy(eager)
     for model in (eager, compiled_model):
-        for block in model.transformer.h:
-            block.attn.record_max_logits()
+        record_max_logits([block.attn for block in model.transformer.h])
     # aot_eager: dynamo's capture and AOTAutograd's functionalisation, which turn the buffer's in-place update into
     # a graph output copied back, as inductor's graphs do; without inductor's C++ compile (tens of seconds here)
     compiled = torch.compile(compiled_model, backend="aot_eager")
