@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from checkpoint.file import LATEST, CheckpointError, _to_stderr, load_file, step_checkpoints
 from checkpoint.sharded import load_sharded_meta, load_sharded_state, named_optimizer_state
+from config import TrainConfig
 from config.models import ARCHITECTURE_NAMES, GPTConfig
 from optim.contract import GroupState
 from runtime import device_type, resolve_dtype
@@ -84,8 +85,10 @@ def check_resumable(ckpt: dict, path: str, config: dict, model_args: dict, finge
     if [list(x) for x in ckpt["data_fingerprint"]] != [list(x) for x in fingerprint]:
         raise CheckpointError(f"the training shards differ from those {path} was trained on; "
                               "resuming on other data would not continue the run")
-    # (a key the new config does not have is another optimizer's, recorded by older runs: not a change)
-    changed = {k: (v, config[k]) for k, v in ckpt["config"].items()
+    # (a key the new config does not have is another optimizer's, recorded by older runs: not a change; a state key
+    # the checkpoint's config lacks, from before the key existed, had its default)
+    recorded = {k: TrainConfig.__dataclass_fields__[k].default for k in STATE_KEYS} | ckpt["config"]
+    changed = {k: (v, config[k]) for k, v in recorded.items()
                if k not in RESUME_ONLY_KEYS and k in config and config[k] != v}
     state_shaping = {k: changed[k] for k in (*STATE_KEYS, *state_keys) if k in changed}
     if "dtype" in state_shaping:

@@ -112,3 +112,18 @@ def test_bench_memory_counts_the_average():
     assert plain.keys() == averaged.keys()
     assert all(averaged[kind].own - plain[kind].own == pytest.approx(4.0) for kind in plain)
     assert all(plain[kind].own == pytest.approx(8.0) for kind in plain)
+
+
+def test_a_checkpoint_from_before_the_setting_resumes_only_without_averaging():
+    """A checkpoint whose config predates weight_averaging had none: resuming it with an average is refused (its
+    state has no training weights beside an average), resuming it without goes on."""
+    from checkpoint.file import CheckpointError
+    from checkpoint.resume import check_resumable
+
+    config = load_config([], base=dict(TINY, weight_averaging="ema")).to_dict()
+    model_args = load_config([], base=TINY).model_args()
+    old = {"model_args": model_args, "data_fingerprint": [],
+           "config": {k: v for k, v in config.items() if k != "weight_averaging"}}
+    with pytest.raises(CheckpointError, match="weight_averaging"):
+        check_resumable(old, "old/ckpt.pt", config, model_args, [], ())
+    assert check_resumable(old, "old/ckpt.pt", config | {"weight_averaging": ""}, model_args, [], ()) == {}
