@@ -102,16 +102,13 @@ def test_every_optimizer_reads_its_groups_weight_decay_at_each_step(name):
 def test_a_run_with_the_coupled_decay_resumes_bit_for_bit(tiny_dataset, tmp_path):
     """Stopped at step 3 of a cosine schedule and resumed, the weights at step 6 are the straight run's: the decay
     of each step is recomputed from the group's base_weight_decay, never carried in the checkpoint."""
-    def args(out, max_iters, schedule="lr", **more):
+    def args(out, max_iters, **more):
         return tiny_run_args(tiny_dataset, str(out), max_iters=max_iters, eval_interval=3, warmup_iters=2,
-                             lr_decay_iters=6, optimizer="adamw", weight_decay=0.5, weight_decay_schedule=schedule,
+                             lr_decay_iters=6, optimizer="adamw", weight_decay=0.5, weight_decay_schedule="lr",
                              **more)
     run_train(args(tmp_path / "straight", 6))
     run_train(args(tmp_path / "halves", 3))
     run_train(args(tmp_path / "halves", 6, init_from="resume"))
-    run_train(args(tmp_path / "constant", 6, schedule="constant"))
     straight, halves = step_weights(str(tmp_path / "straight"), 6), step_weights(str(tmp_path / "halves"), 6)
     assert all(torch.equal(straight[k], halves[k]) for k in straight)
-    constant = step_weights(str(tmp_path / "constant"), 6)
-    assert any(not torch.equal(straight[k], constant[k]) for k in straight)  # (the setting changed the run)
     assert math.isfinite(sum(v.float().sum().item() for v in straight.values()))
