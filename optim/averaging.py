@@ -23,7 +23,6 @@ from errors import ConfigError
 from optim.contract import EvaluationWeights, GroupState
 from optim.sharding import local
 
-AVERAGING = ("", "ema", "uniform")
 AVERAGE = "weight_average"
 COUNTS = ("averaging_steps", "averages_taken", "averaged_in_params")  # kept in every param group
 
