@@ -287,7 +287,7 @@ def round_trip_is_rounding(dtype: torch.dtype) -> bool:
     of m's dtype. The bases are orthogonal to float32's rounding (eigh and QR run in float32), which is the
     rounding of the products in float32 or narrower; in float64, Q^T Q is 1e-7 from I, far above float64's
     rounding, and the reference's round trip on every step moves m by that much (without it, the float64
-    comparison with the reference in tests/test_baselines.py ends 6e-7 apart, against its 1e-9), so float64
+    comparison with the reference in tests/test_optim_soap.py ends 6e-7 apart, against its 1e-9), so float64
     parameters keep it."""
     return torch.finfo(dtype).eps >= torch.finfo(torch.float32).eps
 

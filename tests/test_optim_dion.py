@@ -5,7 +5,7 @@ with its default "rcqr", fix_all_zero_or_nan; the init of Q and the rank in _ini
 dion/scalar_opts.py (adamw_update), with the routing of its train.py (the blocks' matrices on Dion, the embeddings
 and the head on AdamW, undecayed, at the same learning rate) and the betas their Dion reads there: its own default
 (0.9, 0.95) (AUTHORS_SCALAR_BETAS: train.py's betas=(0.95, 0.98) goes into a group key Dion never reads). Run through the registry on a
-tiny GPT on the same gradients (test_baselines.py's) for several steps, at a changing learning rate.
+tiny GPT on the same gradients (tests/parity.py's) for several steps, at a changing learning rate.
 
 Restated in float64 throughout: the reference casts to float32 inside orthogonalize() and for Q's column
 normalisation (to upcast bf16; for float64 parameters that is a downcast, which ours does not make). Q starts
@@ -26,7 +26,7 @@ from conftest import scenario_result
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.dion import Q_SEED, Dion, dion_rank
-from test_baselines import lr_multiplier, scheduled_step
+from parity import lr_multiplier, scheduled_step
 from test_optim import TINY, tiny_config
 
 STEPS = 6

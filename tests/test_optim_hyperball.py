@@ -5,7 +5,7 @@ authors' code in marin-community/marin: lib/levanter/src/levanter/optim/adamh.py
 branch) and lib/levanter/src/levanter/optim/muonh.py at ab6e485c6250984825d2ecbb983b3c02e247e062 (scale_with_muonh,
 MuonHConfig.create_mask; Newton-Schulz from levanter/optim/muon.py at 5c0dda23451c7b33662a11ace7ff244827ba4011),
 built through the registry on a tiny GPT (so the routing is part of what is checked) and run on the same gradients
-(tests/test_baselines.py's), with marin's max_grad_norm off (our loop clips, once, over the whole model). And
+(tests/parity.py's), with marin's max_grad_norm off (our loop clips, once, over the whole model). And
 against the authors' PyTorch versions in KellerJordan/modded-nanogpt at f411b3d346aa52d3504324ca93c230fd84c6c07f,
 records/track_3_optimization/results/20260430_muonh/train_gpt_simple_muonh.py and the AdamH script logged in
 20260430_adamh/7533dd87-107f-4a4f-8229-acbec0fb00ac.txt, in the settings that express them.
@@ -18,7 +18,7 @@ import optim.newton_schulz
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.adamh import hyperball_routes
-from test_baselines import STEPS, lr_multiplier, scheduled_step
+from parity import STEPS, lr_multiplier, scheduled_step
 from test_optim import TINY, tiny_config
 
 # ----------------------------------------------------------------------------- float64 restatements of marin's code

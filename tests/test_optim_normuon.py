@@ -13,7 +13,7 @@ import optim.newton_schulz
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.normuon import NorMuon, row_mean_squares
-from test_baselines import STEPS, lr_multiplier, scheduled_step
+from parity import STEPS, lr_multiplier, scheduled_step
 from test_optim import TINY, tiny_config
 from test_optim_mars_m import official_ns5
 

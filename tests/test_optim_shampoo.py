@@ -25,7 +25,7 @@ import torch
 
 from model import GPT, GPTConfig
 from optim import build_optimizer
-from test_baselines import lr_multiplier, scheduled_step
+from parity import lr_multiplier, scheduled_step
 from test_optim import TINY, tiny_config
 
 STEPS = 6
