@@ -40,13 +40,14 @@ for stage in "${stages[@]}"; do
         tokens4x) check_point "$root/tokens4x" ;;
         transfer)
             mup="--parametrization=mup --mup_base_width=96"
+            # (sp's AdamW at width 48 was best at 2.26e-2, the grid's edge: the edge rule extends its grid by one)
             adamw_rates=7.071e-4,1.414e-3,2.828e-3,5.657e-3,1.131e-2,2.263e-2
             muon_rates=1.414e-2,2.828e-2,5.657e-2,1.131e-1,2.263e-1
             python3 -m experiments.sweep "$root/transfer" config/mini.py --seeds 1 --jobs "$JOBS" \
                 --recipe "adamw-sp=config/mini_adamw.py" --recipe "adamw-mup=config/mini_adamw.py $mup" \
                 --recipe "muon-sp=config/mini_muon.py" --recipe "muon-mup=config/mini_muon.py $mup" \
                 --grid "n_embd=${WIDTHS:-192,96,48}" \
-                --grid "adamw-sp:learning_rate=$adamw_rates" --grid "adamw-mup:learning_rate=$adamw_rates" \
+                --grid "adamw-sp:learning_rate=$adamw_rates,4.525e-2" --grid "adamw-mup:learning_rate=$adamw_rates" \
                 --grid "muon-sp:learning_rate=$muon_rates" --grid "muon-mup:learning_rate=$muon_rates"
             python3 -m experiments.transfer "$root/transfer" ;;
         swaps)  # GPT-2 against the Llama: one of the Llama's components at a time in the GPT-2 mini, then the Llama
