@@ -19,7 +19,8 @@ from model import GPT, GPTConfig
 from experiments.recipes import MINI_RECIPES, mini_recipes
 from optim import OPTIMIZERS, load_config
 
-CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py")) if not p.endswith(("__init__.py", "cells.py")))
+CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py"))  # (the package's modules are not configs)
+                      if os.path.basename(p) not in ("__init__.py", "cells.py", "models.py"))
 CELL_PATHS = [str(REPO / "config" / f"{name}.py") for name in CELLS]  # (config/<cell>.py: no file on disk)
 
 # GPT-2's published parameter counts (facts about GPT-2, not about the configs)
