@@ -10,7 +10,10 @@ import pytest
 import torch
 
 from checkpoint import load_checkpoint
-from conftest import cut_back, random_gradient_step, relative_difference, run_train, step_weights, tiny_run_args, without_key_bias
+from conftest import (
+    cut_back, random_gradient_step, relative_difference, run_train, scenario_result, step_weights, tiny_run_args,
+    without_key_bias,
+)
 from config import ConfigError
 from model import GPT, GPTConfig
 from optim import OPTIMIZERS, build_optimizer, load_config
@@ -88,15 +91,22 @@ def test_a_run_saves_the_average_and_resumes_bit_for_bit(tiny_dataset, tmp_path)
     assert refused.returncode == 2 and "weight_averaging" in refused.stderr, refused.stderr[-2000:]
 
 
-def test_fsdp_on_two_ranks_averages_as_one_process(tiny_dataset, tmp_path):
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    """For conftest.two_ranks: the FSDP2 half of test_fsdp_on_two_ranks_averages_as_one_process."""
+    return [("averaging_fsdp", "ranks:train", dict(args=run_args(tiny_dataset, folder / "averaging_fsdp", 8,
+                                                                 micro_batch_size=4, data_parallel="fsdp")))]
+
+
+def test_fsdp_on_two_ranks_averages_as_one_process(tiny_dataset, tmp_path, two_ranks, two_ranks_folder):
     """The average is per-parameter optimizer state: under FSDP2 each rank keeps its shard's, checkpointed through
     DCP, and the saved model (the average) is the one-process run's; the sharded checkpoint of step 4 resumed in one
     process (DCP resharding the average and the training weights) lands at step 8 there too."""
     run_train(run_args(tiny_dataset, tmp_path / "one", 8, micro_batch_size=4))
-    run_train(run_args(tiny_dataset, tmp_path / "fsdp", 8, micro_batch_size=4, data_parallel="fsdp"), nproc=2)
-    one, fsdp = step_weights(str(tmp_path / "one"), 8), step_weights(str(tmp_path / "fsdp"), 8)
+    assert scenario_result(two_ranks, "averaging_fsdp")["status"] == 0
+    fsdp_run = str(two_ranks_folder / "averaging_fsdp")
+    one, fsdp = step_weights(str(tmp_path / "one"), 8), step_weights(fsdp_run, 8)
     assert relative_difference(without_key_bias(fsdp), without_key_bias(one)) < 1e-5
-    resumed = cut_back(str(tmp_path / "fsdp"), 4, str(tmp_path / "resumed"))
+    resumed = cut_back(fsdp_run, 4, str(tmp_path / "resumed"))
     run_train(run_args(tiny_dataset, resumed, 8, micro_batch_size=4, init_from="resume", data_parallel="ddp"))
     assert relative_difference(without_key_bias(step_weights(resumed, 8)), without_key_bias(one)) < 1e-5
 
