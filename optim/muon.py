@@ -28,12 +28,13 @@ import torch
 import torch.nn as nn
 
 from optim.adamw import SideAdamW
-from optim.contract import Loop, MatrixProducts, Product, beta, setting
+from optim.contract import Hyperparameters, Loop, MatrixProducts, Product, beta, setting
 from optim.newton_schulz import (
     muon_scale, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_coefficients_setting, ns_iterations,
 )
 from optim.routing import Route, routed_params, routing
 from optim.rules import ADAMW_VARIANTS, GroupwiseOptimizer, adamw_update, decoupled_step_
+from optim.sharding import local, shard_group, squared_norms
 
 NS5_EPS = 1e-7  # the official Muon's; MARS-Shampoo uses the optimizer's eps
 # muon_adamw's choices, as rules.adamw_update's variants
@@ -41,7 +42,21 @@ MUON_ADAMW_VARIANTS = {"torch": "torch", "official": "official-mars", "keller": 
 
 
 @dataclass
-class MuonHyperparameters(SideAdamW):
+class OrthogonalizedUpdate(Hyperparameters):
+    """Settings of the orthogonalised update that karpathy/nanochat's Muon (nanochat/optim.py, muon_step_fused)
+    adds, for the optimizers whose Hyperparameters take them (a base class: Muon's, NorMuon's); each off by default."""
+
+    muon_eq: bool = False  # MuonEq (arXiv 2603.28254): each row scaled to the mean row norm before Newton-Schulz
+    muon_plus: bool = False  # Muon+ (arXiv 2602.21545): the orthogonalised matrix's norm snapped to sqrt(min side)
+    cautious_weight_decay: bool = False  # the decay only where update * weight >= 0
+
+    def update_settings(self) -> dict:
+        """The matrix groups' keys for these settings."""
+        return dict(muon_eq=self.muon_eq, muon_plus=self.muon_plus, cautious_weight_decay=self.cautious_weight_decay)
+
+
+@dataclass
+class MuonHyperparameters(OrthogonalizedUpdate, SideAdamW):
     mup_hidden_rule: ClassVar[str] = "spectral"  # (contract.Hyperparameters)
     weight_decay: float = setting(0.1, 0.0)
     eps: float = setting(1e-8, 0.0)  # the AdamW side's
@@ -125,17 +140,61 @@ class Muon(MatrixProducts, GroupwiseOptimizer):
         self._orthogonalized_step(params, directions, group)
 
     def _orthogonalized_step(self, params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> None:
-        """p <- p * (1 - lr * weight_decay) - lr * NS5(direction) * max(1, rows/cols)^0.5."""
-        updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS,
-                                              coefficients=group["ns_coefficients"])
+        """p <- p * (1 - lr * weight_decay) - lr * NS5(direction) * max(1, rows/cols)^0.5 (with OrthogonalizedUpdate's
+        settings where the group takes them)."""
+        updates = orthogonalized(params, directions, group)
         torch._foreach_mul_(updates, [muon_scale(*p.shape) for p in params])
-        decoupled_step_(params, updates, group["lr"], group["weight_decay"])
+        decoupled_step_(local(params), local(updates), group["lr"], group["weight_decay"],
+                        group.get("cautious_weight_decay", False))
 
     def _momentum_buffer(self, p: torch.Tensor) -> torch.Tensor:
         state = self.state[p]
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state["momentum_buffer"]
+
+
+def orthogonalized(params: list[torch.Tensor], directions: list[torch.Tensor], group: dict) -> list[torch.Tensor]:
+    """NS5 of each direction (shared out across ranks), with OrthogonalizedUpdate's MuonEq before it and Muon+
+    after it where the group asks: nanochat's X * (||X||_F / sqrt(rows)) / max(||row||, 1e-6), row by row, and
+    O * sqrt(min(rows, cols)) / max(||O||_F, 1e-6). Under FSDP2 the norms of whole matrices are summed over the
+    shard group (one all-reduce each), the rows' are each rank's own."""
+    if group.get("muon_eq", False):
+        whole = squared_norms(directions, shard_group(params)).sqrt_()
+        targets = whole / torch.tensor([p.shape[0] for p in params], dtype=whole.dtype, device=whole.device).sqrt()
+        row_norms = [mean.mul_(d.shape[1]).sqrt_().clamp_min_(1e-6)
+                     for mean, d in zip(row_mean_squares(local(directions)), local(directions))]
+        scales = torch._foreach_div(list(targets.to(row_norms[0].dtype).unbind()), row_norms)
+        directions = _with_locals(directions, torch._foreach_mul(local(directions), scales))
+    updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS, coefficients=group["ns_coefficients"])
+    if group.get("muon_plus", False):
+        norms = squared_norms(updates, shard_group(params)).sqrt_().clamp_min_(1e-6)
+        sides = torch.tensor([min(p.shape) for p in params], dtype=norms.dtype, device=norms.device).sqrt()
+        torch._foreach_mul_(local(updates), list((sides / norms).to(updates[0].dtype).unbind()))
+    return updates
+
+
+def _with_locals(tensors: list[torch.Tensor], blocks: list[torch.Tensor]) -> list[torch.Tensor]:
+    """New tensors laid out as `tensors` (DTensors sharded as they are, under FSDP2) holding these local blocks."""
+    from torch.distributed.tensor import DTensor
+
+    return [DTensor.from_local(b, t.device_mesh, t.placements, shape=t.shape, stride=t.stride())
+            if isinstance(t, DTensor) else b for t, b in zip(tensors, blocks)]
+
+
+def row_mean_squares(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The mean of x^2 over each row of each matrix, as a (rows, 1) column in its dtype (accumulated in float64:
+    the same numbers for a block of rows as for the whole matrix), one reduction per width for all matrices."""
+    results: list[torch.Tensor] = [None] * len(matrices)
+    widths: dict[int, list[int]] = {}
+    for i, matrix in enumerate(matrices):
+        widths.setdefault(matrix.shape[1], []).append(i)
+    for cols, members in widths.items():
+        rows = torch.cat([matrices[i] for i in members])
+        means = torch.linalg.vector_norm(rows, dim=1, keepdim=True, dtype=torch.float64).square_().div_(cols)
+        for i, mean in zip(members, means.to(rows.dtype).split([matrices[i].shape[0] for i in members])):
+            results[i] = mean
+    return results
 
 
 def ema_momentum(params: list[torch.Tensor], buffers: list[torch.Tensor], momentum: float,
@@ -161,4 +220,5 @@ def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:
         weight_decay=hp.weight_decay, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
         adamw_eps=hp.eps, adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled,
         adamw_variant=MUON_ADAMW_VARIANTS[hp.muon_adamw], ns_coefficients=hp.ns_coefficients,
+        matrix_defaults=hp.update_settings(),
     )

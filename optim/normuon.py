@@ -39,8 +39,8 @@ import torch.nn as nn
 
 from optim.adamw import SideAdamW
 from optim.contract import Loop, beta, setting
-from optim.muon import NS5_EPS, Muon, ema_momentum
-from optim.newton_schulz import NewtonSchulzSettings, muon_scale, newton_schulz5_across_ranks
+from optim.muon import Muon, OrthogonalizedUpdate, ema_momentum, orthogonalized, row_mean_squares
+from optim.newton_schulz import NewtonSchulzSettings, muon_scale
 from optim.routing import Route, routed_params, routing
 from optim.rules import decoupled_step_
 from optim.sharding import local, row_zeros_like, shard_group, squared_norms
@@ -49,7 +49,7 @@ NORMUON_EPS = 1e-10  # the authors' (not a setting): in the row normalisation an
 
 
 @dataclass
-class NorMuonHyperparameters(SideAdamW, NewtonSchulzSettings):  # (ns_steps, ns_coefficients)
+class NorMuonHyperparameters(OrthogonalizedUpdate, SideAdamW, NewtonSchulzSettings):  # (ns_steps, ns_coefficients)
     mup_hidden_rule: ClassVar[str] = "spectral"  # (contract.Hyperparameters)
     weight_decay: float = setting(0.1, 0.0)  # NorMuon's (the AdamW side's is weight_decay_1d)
     muon_momentum: float = beta(0.95)
@@ -67,19 +67,19 @@ class NorMuon(Muon):
     def __init__(self, params: Iterable, lr: float = 0.02, weight_decay: float = 0.0, momentum: float = 0.95,
                  beta2: float = 0.95, nesterov: bool = True, ns_steps: int = 5, adamw_lr: float = 3e-4,
                  adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-10,
-                 adamw_weight_decay: float = 0.0, *, compiled: bool = True, ns_coefficients: str = "quintic"):
+                 adamw_weight_decay: float = 0.0, *, compiled: bool = True, ns_coefficients: str = "quintic",
+                 update_settings: dict | None = None):
         """The authors' defaults (SingleDeviceNorMuonWithAuxAdam's, its Adam's as adamw_*); params as for
         optim.muon.Muon (use_muon param groups)."""
         super().__init__(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                          ns_steps=ns_steps, adamw_lr=adamw_lr, adamw_betas=adamw_betas, adamw_eps=adamw_eps,
                          adamw_weight_decay=adamw_weight_decay, compiled=compiled, ns_coefficients=ns_coefficients,
-                         matrix_defaults=dict(beta2=beta2))
+                         matrix_defaults=dict(beta2=beta2, **(update_settings or {})))
 
     def _muon_update(self, group: dict, params: list[torch.Tensor]) -> None:
         directions = ema_momentum(params, [self._momentum_buffer(p) for p in params], group["momentum"],
                                   group["nesterov"])
-        orthogonal = local(newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS,
-                                                       coefficients=group["ns_coefficients"]))
+        orthogonal = local(orthogonalized(params, directions, group))
         second_moments = local([self._second_moment(p) for p in params])
         torch._foreach_lerp_(second_moments, row_mean_squares(orthogonal), 1.0 - group["beta2"])
         step_sizes = torch._foreach_sqrt(second_moments)
@@ -92,28 +92,14 @@ class NorMuon(Muon):
         scales = list(before.div_(after.add_(NORMUON_EPS)).to(normalised[0].dtype).unbind())
         torch._foreach_mul_(scales, [muon_scale(*p.shape) for p in params])
         torch._foreach_mul_(normalised, scales)
-        decoupled_step_(local(params), normalised, group["lr"], group["weight_decay"])
+        decoupled_step_(local(params), normalised, group["lr"], group["weight_decay"],
+                        group.get("cautious_weight_decay", False))
 
     def _second_moment(self, p: torch.Tensor) -> torch.Tensor:
         state = self.state[p]
         if "second_momentum_buffer" not in state:
             state["second_momentum_buffer"] = row_zeros_like(p)
         return state["second_momentum_buffer"]
-
-
-def row_mean_squares(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The mean of x^2 over each row of each matrix, as a (rows, 1) column in its dtype (accumulated in float64:
-    the same numbers for a block of rows as for the whole matrix), one reduction per width for all matrices."""
-    results: list[torch.Tensor] = [None] * len(matrices)
-    widths: dict[int, list[int]] = {}
-    for i, matrix in enumerate(matrices):
-        widths.setdefault(matrix.shape[1], []).append(i)
-    for cols, members in widths.items():
-        rows = torch.cat([matrices[i] for i in members])
-        means = torch.linalg.vector_norm(rows, dim=1, keepdim=True, dtype=torch.float64).square_().div_(cols)
-        for i, mean in zip(members, means.to(rows.dtype).split([matrices[i].shape[0] for i in members])):
-            results[i] = mean
-    return results
 
 
 def build_normuon(model: nn.Module, hp: NorMuonHyperparameters, loop: Loop) -> NorMuon:
@@ -126,4 +112,5 @@ def build_normuon(model: nn.Module, hp: NorMuonHyperparameters, loop: Loop) -> N
         lr=loop.learning_rate, weight_decay=hp.weight_decay, momentum=hp.muon_momentum, beta2=hp.normuon_beta2,
         nesterov=hp.muon_nesterov, ns_steps=hp.ns_steps, adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps,
         adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled, ns_coefficients=hp.ns_coefficients,
+        update_settings=hp.update_settings(),
     )

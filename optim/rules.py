@@ -152,9 +152,20 @@ def adam_step_(
     torch._foreach_add_(params, update)
 
 
-def decoupled_step_(params: Tensors, updates: Tensors, lr: torch.Tensor | float, weight_decay: float) -> None:
-    """p <- p - lr * (update + weight_decay * p); overwrites updates."""
-    torch._foreach_mul_(params, 1.0 - lr * weight_decay)
+def decoupled_step_(params: Tensors, updates: Tensors, lr: torch.Tensor | float, weight_decay: float,
+                    cautious: bool = False) -> None:
+    """p <- p - lr * (update + weight_decay * p); overwrites updates. cautious: the decay only where the update and
+    the weight agree in sign, update * p >= 0 (cautious weight decay, as karpathy/nanochat's Muon applies it)."""
+    if cautious and weight_decay:
+        agree = torch._foreach_mul(updates, params)  # (sign + 1, at most 1: 1 where update * p >= 0, else 0)
+        torch._foreach_sign_(agree)
+        torch._foreach_add_(agree, 1.0)
+        torch._foreach_clamp_max_(agree, 1.0)
+        torch._foreach_mul_(agree, params)
+        torch._foreach_mul_(agree, lr * weight_decay)
+        torch._foreach_sub_(params, agree)
+    else:
+        torch._foreach_mul_(params, 1.0 - lr * weight_decay)
     torch._foreach_mul_(updates, lr)
     torch._foreach_sub_(params, updates)
 

@@ -40,6 +40,18 @@ def scheduled_step(model, optimizer, step: int) -> list[torch.Tensor]:
     return grads
 
 
+def newton_schulz_reference(m: torch.Tensor) -> torch.Tensor:
+    """Keller Jordan's quintic Newton-Schulz as Muon's and Moonlight's authors write it (5 steps of (3.4445, -4.7750,
+    2.0315), X = G / (||G||_F + 1e-7), on the wide orientation), restated in the reference's precision."""
+    x = m / (m.norm() + 1e-7)
+    tall = x.size(0) > x.size(1)
+    x = x.T if tall else x
+    for _ in range(5):
+        gram = x @ x.T
+        x = 3.4445 * x + (-4.7750 * gram + 2.0315 * gram @ gram) @ x
+    return x.T if tall else x
+
+
 def check_element_wise_parity(name: str, overrides: dict, settings: dict, dtype: torch.dtype, tolerance: float,
                               reference_step, scheduled: bool = True, advance_group=None, evaluated=None) -> None:
     """Our `name` (with config overrides and settings) against reference_step(p, g, state, lr, wd, hp), one tensor

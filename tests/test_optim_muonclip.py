@@ -20,22 +20,11 @@ from conftest import without_key_bias
 from model import GPT, GPTConfig, apply_rotary, rotary_tables
 from optim import build_optimizer
 from optim.muonclip import record_max_logits
+from parity import newton_schulz_reference
 from test_optim import TINY, tiny_config
 
 STEPS = 6
 LLAMA = dict(architecture="llama", bias=False)
-NS5 = (3.4445, -4.7750, 2.0315)  # Moonlight's quintic Newton-Schulz: 5 steps, eps 1e-7, on the wide orientation
-
-
-def newton_schulz(m: torch.Tensor) -> torch.Tensor:
-    x = m / (m.norm() + 1e-7)
-    tall = x.size(0) > x.size(1)
-    x = x.T if tall else x
-    a, b, c = NS5
-    for _ in range(5):
-        gram = x @ x.T
-        x = a * x + (b * gram + c * gram @ gram) @ x
-    return x.T if tall else x
 
 
 class AlgorithmOne:
@@ -56,7 +45,7 @@ class AlgorithmOne:
                 g = w.grad
                 if group["use_muon"]:
                     m = self.state[w] = self.mu * self.state.get(w, torch.zeros_like(w)) + g
-                    o = newton_schulz(m) * math.sqrt(max(w.shape)) * 0.2
+                    o = newton_schulz_reference(m) * math.sqrt(max(w.shape)) * 0.2
                     w.sub_(lr * (o + wd * w))
                 else:
                     m, v = self.state.get(w, (torch.zeros_like(w), torch.zeros_like(w)))
