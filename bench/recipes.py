@@ -8,7 +8,8 @@ optimizers with a cell of their own, <stem>_<optimizer> (config/cells.py's table
 without one is composed by one of two rules, each written once, in `compose`:
 - a setting that `borrows` another (the Llama sizes): that setting's optimizer file on this size's recipe
   (Semenov et al. keep each optimizer's 124M settings at every size);
-- otherwise: the size's recipe and the optimizer's paper recipe, config/paper_<optimizer>.py.
+- otherwise: the size's recipe and the optimizer's paper recipe, config/paper_<optimizer>.py, or, for an optimizer
+  whose recipes are only rows of config/cells.py (no paper file), the optimizer at its defaults.
 """
 
 import os
@@ -95,6 +96,10 @@ def compose(model: str, variant: str) -> PaperRun:
         return PaperRun((own, *files), (*overrides, *variant_overrides),
                         f"no cell {setting.stem}_{part}: {lender.stem}_{part} on "
                         f"{' '.join(os.path.basename(f) for f in (*files, *overrides)) or 'its recipe'}")
+    if not os.path.exists(os.path.join(REPO, "config", f"paper_{part}.py")):
+        return PaperRun(files, (*overrides, f"--optimizer={variant}", *variant_overrides),
+                        f"no cell {setting.stem}_{part}, no paper_{part}.py: {variant} at its defaults on "
+                        f"{' + '.join(os.path.basename(f) for f in files)}")
     return PaperRun((*files, f"config/paper_{part}.py"), (*overrides, *variant_overrides),
                     f"no cell {setting.stem}_{part}: {' + '.join(os.path.basename(f) for f in files)} + paper_{part}.py")
 

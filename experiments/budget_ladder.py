@@ -30,7 +30,7 @@ import argparse
 import os
 
 from optim import load_config
-from experiments.recipes import mini_recipes
+from config.cells import mini_recipes
 from errors import at_least
 from experiments import report, sweep
 

@@ -8,7 +8,7 @@ tuned point; the 0.5x/2x sensitivity), then its speedup on the tuned AdamW's bud
     python -m experiments.compare torch.optim:Muon --external_params=matrices --learning_rate=0.02
     python -m experiments.compare mypackage.optim:MyAdam --learning_rate=1e-3 --llama    # the mini Llama
 
-The name is a mini recipe (experiments.recipes), a registry optimizer (its first mini recipe) or package.module:Name
+The name is a mini recipe (config.cells), a registry optimizer (its first mini recipe) or package.module:Name
 (optim/external.py), whose train.py settings after it are its starting point (its learning rate first). The tuned
 AdamW is the committed one (results/tune/runs.tar.xz, or results/tune_llama's with --llama): its runs are unpacked
 into the folder and read, never rerun. Before any run the command prints how many runs the protocol takes and
@@ -48,7 +48,7 @@ TESTBEDS = {  # the tuned AdamW of each testbed: the archive of its tuning, the 
 def recipe_for(name: str, settings: list[str]) -> tuple[str, "MiniRecipe"]:
     """The recipe to tune: a mini recipe, a registry optimizer's first, or an optimizer from outside the project
     with the settings given (its own keys tuned: the warmup, beside the learning rate and weight decay)."""
-    from experiments.recipes import MINI_RECIPES, MiniRecipe, mini_recipes
+    from config.cells import MINI_RECIPES, MiniRecipe, mini_recipes
     from optim.external import is_import_path
 
     recipes = mini_recipes()
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> str:
         folder = args.folder or os.path.join("out", "compare", recipe + ("_llama" if args.llama else ""))
         os.makedirs(folder, exist_ok=True)
         unpack_adamw(archive, prefix, folder)
-        from experiments.recipes import mini_recipes
+        from config.cells import mini_recipes
 
         runs, hours = estimate(folder, recipe, base, mini.args.split())
         print(f"{recipe} on the {'mini Llama' if args.llama else 'GPT-2 mini'}: at most {runs} runs to go, about "

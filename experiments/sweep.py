@@ -467,7 +467,7 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
         raise InputError("give --grid or --coordinate, not both")
     recipes = {name: value.split() for name, _, value in (r.partition("=") for r in args.recipe)}
     if args.recipes:
-        from experiments.recipes import mini_recipes
+        from config.cells import mini_recipes
 
         kind, _, listed = args.recipes.partition(":")
         chosen, names = mini_recipes(), [n for n in listed.split(",") if n]

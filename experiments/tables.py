@@ -320,7 +320,7 @@ def lr_only_table(results: str = RESULTS) -> str:
 
 def mini_recipe_config(recipe: str) -> config.TrainConfig:
     """A mini recipe's resolved config: config/mini.py and its files, read from this checkout."""
-    from experiments.recipes import mini_recipes
+    from config.cells import mini_recipes
     from optim import load_config
 
     code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (this checkout, wherever the pages are)

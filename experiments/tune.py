@@ -75,7 +75,7 @@ from errors import InputError, at_least, exit_on_input_error
 from experiments import sweep
 
 if TYPE_CHECKING:
-    from experiments.recipes import MiniRecipe
+    from config.cells import MiniRecipe
     from experiments.report import Run
 
 BASE = "config/mini.py"
@@ -254,7 +254,7 @@ def start_values(base: list[str], recipe_args: list[str], keys: list[str]) -> di
 
 def default_keys(base: list[str], mini: MiniRecipe) -> list[str]:
     """The learning rate, the weight decay where the recipe's optimizer has one (Scion's constrained step and the
-    hyperball optimizers' fixed norms take its place) and the recipe's own keys (experiments/recipes.py)."""
+    hyperball optimizers' fixed norms take its place) and the recipe's own keys (config/cells.py)."""
     from optim import load_config
 
     cfg = load_config(sweep.recipe_arguments(base, mini.args.split()))
@@ -402,9 +402,9 @@ def planned_tunings(args: argparse.Namespace, base: list[str], recipes: dict[str
     """Each recipe's tuning as the command line asks (AdamW first), its train.py arguments, and every recipe's
     starting point (start.json's, else its config's): every point a search can reach first resolved as train.py
     resolves it, so a bad key or value stops the command by name before any run. recipes: the mini recipes
-    (experiments.recipes), or these (experiments.compare's, an optimizer from outside among them)."""
+    (config.cells), or these (experiments.compare's, an optimizer from outside among them)."""
     from experiments.budget_ladder import stretched
-    from experiments.recipes import mini_recipes
+    from config.cells import mini_recipes
 
     recipes = recipes or mini_recipes()
     names = [n for n in args.recipes.split(",") if n] or list(recipes)

@@ -3,7 +3,7 @@ The optimizer registry: every optimizer the training loop can build, in one tabl
 
 Each entry names an optimizer (the config key `optimizer`), its hyperparameters (the settings it
 reads, their types, ranges and defaults, declared in its module: optim/contract.py) and its builder
-(its recipes for the CPU mini reproduction are experiments/recipes.py's). Config validation (load_config), resume checks,
+(its recipes for the CPU mini reproduction are config/cells.py's). Config validation (load_config), resume checks,
 experiments/report.py, the sweep tool and the benchmarks read this table; adding an optimizer is one
 file in optim/ plus one entry here. An optimizer from outside the project is named by its import path,
 package.module:Name (optim/external.py), and resolved when a config names it. What the training loop may ask

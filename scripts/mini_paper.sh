@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The mini reproduction (the project's CPU demonstration): every recipe of the optimizer registry's mini
 # reproduction (AdamW, Muon, MARS-approx, MARS-exact, MARS-M, Moonlight and the 2025 benchmarks'
-# baselines: python -c "from experiments.recipes import mini_recipes; print(*mini_recipes())") on the standard-library corpus as
+# baselines: python -c "from config.cells import mini_recipes; print(*mini_recipes())") on the standard-library corpus as
 # bytes (config/mini.py: 1.05M tokens per run), each at its recipe's settings (config/mini_*.py: the
 # learning rate scripts/mini_sweep.sh chose, or every setting scripts/tune_mini.sh tuned, for the recipes
 # it has), for three seeds (SEEDS), JOBS runs at a time on one thread each: about 40 minutes per 11

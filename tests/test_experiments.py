@@ -201,7 +201,7 @@ def test_an_untuned_row_says_whether_its_search_has_begun(tmp_path):
     assert "not yet" not in rows["Muon"] and "under way" not in rows["Muon"]
 
 
-# The modules outside optim/, config/ and the mini recipes' table (experiments/recipes.py) that name a registry
+# The modules outside optim/ and config/ (the recipes' rows, config/cells.py, among them) that name a registry
 # optimizer other than AdamW (the reference every comparison is to), each with why: an experiment's or a table's own
 # choice of a few, which adding an optimizer never edits. Any other name is a list that adding one would have to
 # edit, which derives from the registry instead (docs/optimizers.md#adding-an-optimizer).
@@ -220,7 +220,7 @@ NAMED_OUTSIDE_OPTIM = {
 
 
 def test_no_module_outside_optim_keeps_a_list_of_optimizers():
-    """Adding an optimizer touches its module, its registry line, its recipes (rows of experiments/recipes.py's
+    """Adding an optimizer touches its module, its registry line, its recipes (rows of config/cells.py's
     table), its test and its row in docs/optimizers.md: no other module names it. Each name a module outside those
     writes as a string is in NAMED_OUTSIDE_OPTIM, with its reason; a new one fails here."""
     import ast
@@ -231,7 +231,7 @@ def test_no_module_outside_optim_keeps_a_list_of_optimizers():
                            check=True).stdout.split()
     names, named = set(OPTIMIZERS), set()  # (the registry's own: iterating it lists no import path)
     for file in files:
-        if file.startswith(("optim/", "config/", "tests/")) or file == "experiments/recipes.py":
+        if file.startswith(("optim/", "config/", "tests/")):
             continue
         for node in ast.walk(ast.parse((REPO / file).read_text())):
             if isinstance(node, ast.Constant) and node.value in names and node.value != "adamw":

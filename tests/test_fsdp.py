@@ -15,7 +15,7 @@ import train
 from conftest import free_port
 from model import GPT, GPTConfig
 from optim import build_optimizer, load_config
-from experiments.recipes import mini_recipes
+from config.cells import mini_recipes
 from optim.schedule import set_learning_rates
 from parallel import parallelize
 from runtime import Runtime

@@ -33,7 +33,7 @@ from bench.memory import (
 from conftest import PYTHON, REPO, torchrun
 from model import GPT, GPTConfig
 from optim import OPTIMIZERS, build_optimizer, load_config
-from experiments.recipes import mini_recipes
+from config.cells import mini_recipes
 from parallel import parallelize
 from runtime import Runtime, autocast_context, close_runtime, join_process_group
 

@@ -16,7 +16,7 @@ from conftest import REPO
 from config import ConfigError, read_config_file
 from config.cells import CELLS
 from model import GPT, GPTConfig
-from experiments.recipes import MINI_RECIPES, mini_recipes
+from config.cells import MINI_RECIPES, mini_recipes
 from optim import OPTIMIZERS, load_config
 
 CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "config" / "*.py"))  # (the package's modules are not configs)
@@ -231,6 +231,21 @@ def test_a_gpt2_size_without_an_optimizers_file_takes_its_paper_recipe():
     assert [os.path.relpath(p, REPO) for p in paths] == ["config/gpt2_xl.py", "config/paper_lion.py"]
     assert note == "no cell gpt2_xl_lion: gpt2_xl.py + paper_lion.py"
     assert (load_config(paths).model, load_config(paths).optimizer) == ("xl", "lion")
+
+
+def test_an_optimizer_whose_recipes_are_rows_runs_at_its_defaults_elsewhere(monkeypatch):
+    """An optimizer added as its module, its registry line, its rows of config/cells.py, its test and its docs row
+    (no paper_<name>.py): at a size without its cell, the benchmarks run it at its defaults on the size's recipe."""
+    import bench.recipes
+
+    real = os.path.exists
+    monkeypatch.setattr(bench.recipes.os.path, "exists", lambda path: not path.endswith("paper_lion.py") and real(path))
+    run = bench.recipes.compose("xl", "lion")
+    assert run.files == ("config/gpt2_xl.py",) and run.overrides == ("--optimizer=lion",)
+    assert "no paper_lion.py: lion at its defaults on gpt2_xl.py" in run.note
+    monkeypatch.undo()
+    cfg = load_config(run.args())
+    assert (cfg.model, cfg.optimizer, cfg.learning_rate) == ("xl", "lion", load_config([]).learning_rate)
 
 
 @pytest.mark.parametrize("model", SETTINGS)

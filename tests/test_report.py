@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from optim import load_config
-from experiments.recipes import mini_recipes
+from config.cells import mini_recipes
 
 from experiments import budget_ladder, rankings, report
 

@@ -34,7 +34,7 @@ from conftest import (
     cut_back, flip_middle_byte, relative_difference, run_scenarios, scenario_result, step_weights, without_key_bias,
 )
 from model import GPT, GPTConfig
-from experiments.recipes import MINI_RECIPES
+from config.cells import MINI_RECIPES
 from optim import OPTIMIZERS, build_optimizer, load_config
 from test_optim_ddp import ROW_BLOCK_SUMS, check_against_one_process
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import PRELOADED_BIN, PYTHON, REPO, free_port, tiny_run_args
 from config import read_config_file
 from config.cells import CELLS
-from experiments.recipes import mini_recipes
+from config.cells import mini_recipes
 
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(str(REPO / "scripts" / "*.sh")))
 

@@ -238,6 +238,6 @@ def test_every_mini_recipes_search_resolves_before_any_run(tmp_path):
     args = argparse.Namespace(folder=str(tmp_path / "tune"), recipes="", keys="", check=False, stretch=1.0,
                               report_only=False)
     _, _, starts = tune.planned_tunings(args, ["config/mini.py"])
-    from experiments.recipes import mini_recipes
+    from config.cells import mini_recipes
     assert set(starts) == set(mini_recipes())
     assert "weight_decay" not in starts["scion"] and starts["kron"]["kron_precond_lr"] == "0.8"
