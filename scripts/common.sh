@@ -1,6 +1,6 @@
 # Shared by every run script (source it, then call `launch`): how a paper run is started.
 #
-#   launch RUN_NAME CONFIG_FILE... [--key=value ...]  # e.g. launch gpt2_small_mars config/gpt2_small_mars.py
+#   launch RUN_NAME CONFIG_FILE... [--key=value ...]  # e.g. launch gpt2_small_mars config/gpt2_small_mars.py (a cell)
 #
 # Config files apply in order (then the overrides): config/mini.py config/mini_mars.py is the mini setting
 # with the MARS recipe.
