@@ -1,6 +1,7 @@
 """weight_averaging (optim/averaging.py): the model evaluated and saved is an average of the weights the optimizer
 visits. For every registry optimizer, the evaluation weights equal the uniform mean of the due steps' weights
-written out in float64, and the training weights come back exactly; an EMA equals its recursion; a train.py run
+(float64 from float32 weights, to float32 rounding), and the training weights come back exactly; an EMA equals its
+recursion in float64; a train.py run
 saves the average as its model, resumes bit for bit where the straight run lands, refuses a resume that changes the
 averaging, and gives the same numbers under FSDP2 on two ranks as in one process."""
 
@@ -22,13 +23,13 @@ from optim.averaging import AVERAGE
 TINY = dict(model="small", n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=96)
 
 
-def averaged_run(name: str, averaging: str, steps: int = 6, **settings):
-    """A float64 tiny model trained `steps` steps on random gradients with weight averaging (a point every 2 steps
-    from step 1): the model, its optimizer, and the weights after each step."""
+def averaged_run(name: str, averaging: str, steps: int = 6, dtype: torch.dtype = torch.float32, **settings):
+    """A tiny model trained `steps` steps on random gradients with weight averaging (a point every 2 steps from
+    step 1): the model, its optimizer, and the weights after each step."""
     cfg = load_config([], base=dict(TINY, optimizer=name, learning_rate=1e-2, weight_averaging=averaging,
                                     averaging_interval=2, averaging_start=1, **settings))
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**cfg.model_args())).double()
+    model = GPT(GPTConfig(**cfg.model_args())).to(dtype)
     optimizer = build_optimizer(model, cfg, "cpu")
     generator, visited = torch.Generator().manual_seed(1), []
     for _ in range(steps):
@@ -40,17 +41,18 @@ def averaged_run(name: str, averaging: str, steps: int = 6, **settings):
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_every_optimizer_evaluates_the_uniform_mean_of_its_weights(name):
     """Points at steps 1, 3 and 5 of 6 (averaging_start 1, interval 2): inside eval_weights the parameters are their
-    mean; train_weights puts back the weights of step 6 exactly. Schedule-Free, which evaluates an average of its
-    own, is refused."""
+    mean (computed in float64 from the float32 weights: to float32 rounding); train_weights puts back the weights of
+    step 6 exactly. Schedule-Free, which evaluates an average of its own, is refused."""
     if name == "schedule-free-adamw":
         with pytest.raises(ConfigError, match="already evaluates weights of its own"):
             averaged_run(name, "uniform", lr_schedule="constant")
         return
     model, optimizer, visited = averaged_run(name, "uniform")
-    mean = [sum(visited[step][i] for step in (0, 2, 4)) / 3 for i in range(len(visited[0]))]
+    mean = [sum(visited[step][i].double() for step in (0, 2, 4)) / 3 for i in range(len(visited[0]))]
     optimizer.eval_weights()
-    worst = max((p.detach() - m).abs().max().item() for p, m in zip(model.parameters(), mean))
-    assert worst < 1e-12, worst
+    worst = max(((p.detach().double() - m).abs().max() / m.abs().max()).item()
+                for p, m in zip(model.parameters(), mean))
+    assert worst < 1e-6, worst  # (of each tensor's largest entry)
     optimizer.train_weights()
     assert all(torch.equal(p.detach(), last) for p, last in zip(model.parameters(), visited[-1]))
     assert not all(torch.equal(m, last) for m, last in zip(mean, visited[-1]))  # (an average, not the weights)
@@ -58,7 +60,7 @@ def test_every_optimizer_evaluates_the_uniform_mean_of_its_weights(name):
 
 def test_an_ema_follows_its_recursion():
     """ema_decay 0.8: the points at steps 1, 3, 5 give average = w1, then 0.8 a + 0.2 w3, then 0.8 a + 0.2 w5."""
-    model, optimizer, visited = averaged_run("adamw", "ema", ema_decay=0.8)
+    model, optimizer, visited = averaged_run("adamw", "ema", dtype=torch.float64, ema_decay=0.8)
     expected = [0.8 * (0.8 * w1 + 0.2 * w3) + 0.2 * w5 for w1, w3, w5 in zip(visited[0], visited[2], visited[4])]
     optimizer.eval_weights()
     assert max((p.detach() - e).abs().max().item() for p, e in zip(model.parameters(), expected)) < 1e-12
