@@ -34,7 +34,7 @@ from optim.newton_schulz import (
 )
 from optim.routing import Route, routed_params, routing
 from optim.rules import ADAMW_VARIANTS, GroupwiseOptimizer, adamw_update, decoupled_step_
-from optim.sharding import local, shard_group, squared_norms
+from optim.sharding import local, shard_group, squared_norms, with_local_blocks
 
 NS5_EPS = 1e-7  # the official Muon's; MARS-Shampoo uses the optimizer's eps
 # muon_adamw's choices, as rules.adamw_update's variants
@@ -165,21 +165,13 @@ def orthogonalized(params: list[torch.Tensor], directions: list[torch.Tensor], g
         row_norms = [mean.mul_(d.shape[1]).sqrt_().clamp_min_(1e-6)
                      for mean, d in zip(row_mean_squares(local(directions)), local(directions))]
         scales = torch._foreach_div(list(targets.to(row_norms[0].dtype).unbind()), row_norms)
-        directions = _with_locals(directions, torch._foreach_mul(local(directions), scales))
+        directions = with_local_blocks(directions, torch._foreach_mul(local(directions), scales))
     updates = newton_schulz5_across_ranks(directions, group["ns_steps"], NS5_EPS, coefficients=group["ns_coefficients"])
     if group.get("muon_plus", False):
         norms = squared_norms(updates, shard_group(params)).sqrt_().clamp_min_(1e-6)
         sides = torch.tensor([min(p.shape) for p in params], dtype=norms.dtype, device=norms.device).sqrt()
         torch._foreach_mul_(local(updates), list((sides / norms).to(updates[0].dtype).unbind()))
     return updates
-
-
-def _with_locals(tensors: list[torch.Tensor], blocks: list[torch.Tensor]) -> list[torch.Tensor]:
-    """New tensors laid out as `tensors` (DTensors sharded as they are, under FSDP2) holding these local blocks."""
-    from torch.distributed.tensor import DTensor
-
-    return [DTensor.from_local(b, t.device_mesh, t.placements, shape=t.shape, stride=t.stride())
-            if isinstance(t, DTensor) else b for t, b in zip(tensors, blocks)]
 
 
 def row_mean_squares(matrices: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -63,6 +63,13 @@ def gather_whole(tensors: Tensors) -> Tensors:
             for i, t in enumerate(tensors)]
 
 
+def with_local_blocks(tensors: Tensors, blocks: Tensors) -> Tensors:
+    """New tensors laid out as `tensors` (DTensors sharded as they are, under FSDP2) holding these local blocks: the
+    inverse of local() for a result computed on each rank's blocks."""
+    return [DTensor.from_local(b, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride())
+            if isinstance(t, DTensor) else b for t, b in zip(tensors, blocks)]
+
+
 def row_zeros_like(tensor: torch.Tensor) -> torch.Tensor:
     """A (rows, 1) column of zeros, one per row of the tensor, held as the tensor holds its rows (a DTensor sharded
     on dim 0 like it: each rank keeps the entries of its rows); a per-row statistic (NorMuon's)."""
