@@ -79,7 +79,12 @@ SHARED_PRELOADED_BIN = "TESTS_PRELOADED_BIN"
 
 def pytest_configure(config) -> None:
     global PRELOADED_BIN, PRELOAD_SERVER, PYTHON
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist") in ("no", "load"):
+    if hasattr(config, "workerinput"):
+        # a worker of the controller's loadgroup (below, and pytest_configure_node): xdist set the worker's flag
+        # that suffixes each test's id with its group from the worker's own parse of the command line (whose dist
+        # is "no"); without it the controller sees no groups, and every worker builds the fixtures it shares
+        config.option.loadgroup = config.option.loadgroup or config.workerinput.get("loadgroup", False)
+    elif config.pluginmanager.hasplugin("xdist") and config.getoption("dist") in ("no", "load"):
         # -n N's default distribution made loadgroup (shared_fixture_group below), in the order collected; here, not
         # in pytest.ini, so that pytest runs without pytest-xdist too (one process)
         config.option.dist, config.option.loadscopereorder = "loadgroup", False
@@ -91,7 +96,12 @@ def pytest_configure(config) -> None:
     PYTHON = f"{PRELOADED_BIN}/python3"
 
 
-# Under pytest-xdist (python3 -m pytest -n 2, with pytest.ini's --dist loadgroup): the tests that share an
+@pytest.hookimpl(optionalhook=True)  # (pytest-xdist's hook, on the controller, for each worker it starts)
+def pytest_configure_node(node) -> None:
+    node.workerinput["loadgroup"] = node.config.getoption("dist") == "loadgroup"
+
+
+# Under pytest-xdist (python3 -m pytest -n 2, with pytest_configure's --dist loadgroup): the tests that share an
 # expensive fixture run on one worker, as one group, so that it is built once: a module-scoped fixture's
 # tests (a module's launch of tests/ranks.py, the SLURM cluster, the scripts' dry runs) are their module's
 # group, and every user of two_ranks (one launch for the whole session) is one group. The other tests go to
