@@ -79,10 +79,13 @@ CELLS: dict[str, Cell] = {
     "gpt2_small_adamuon": cell("gpt2_small.py", "paper_adamuon.py", learning_rate=6e-4),
     "gpt2_small_muonclip": cell("gpt2_small.py", "paper_muonclip.py", learning_rate=6e-3),
     "gpt2_small_dion": cell("gpt2_small.py", "paper_dion.py", learning_rate=0.02),  # the authors' 160M model's
+    "gpt2_small_dion2": cell("gpt2_small.py", "paper_dion2.py", learning_rate=0.02),  # the authors' 160M model's
+    "gpt2_small_nordion2": cell("gpt2_small_dion2", optimizer="nordion2"),
     # modded-nanogpt's Shampoo run (GPT-2 small, 4150 steps of 524k tokens)
     "gpt2_small_shampoo": cell("gpt2_small.py", "paper_shampoo.py", learning_rate=1.5e-3),
     "gpt2_small_adamh": cell("gpt2_small.py", "paper_adamh.py", learning_rate=0.018),  # the authors' track rate
     "gpt2_small_muonh": cell("gpt2_small.py", "paper_muonh.py", learning_rate=0.018),  # the authors' track rate
+    "gpt2_small_soap_muon": cell("gpt2_small.py", "paper_soap_muon.py", learning_rate=0.0375),  # the record's
 
     # Semenov et al.'s Llama benchmark (epfml/llm-optimizer-benchmark): their tuned scripts/<size>/<optimizer>.sh,
     # the 124M's optimizer settings at every size (AdamW's beta1 0.9 at 210M and 720M)
@@ -178,6 +181,10 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                         ("warmup_iters", "beta1", "qk_clip_tau"))},
     "dion": {"dion": MiniRecipe("config/mini_dion.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2),
                                 ("warmup_iters", "dion_momentum", "rank_fraction"))},
+    "dion2": {"dion2": MiniRecipe("config/mini_dion2.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2),
+                                  ("warmup_iters", "dion_momentum", "ortho_fraction"))},
+    "nordion2": {"nordion2": MiniRecipe("config/mini_nordion2.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2),
+                                        ("warmup_iters", "dion_momentum", "normuon_beta2"))},
     "shampoo": {"shampoo": MiniRecipe("config/mini_shampoo.py", (3.75e-4, 7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
                                       ("warmup_iters", "beta2", "precondition_frequency"))},
     # the hyperball optimizers: learning_rate is the hyperball's (a step of lr times each matrix's norm)
@@ -185,6 +192,8 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
                                   ("warmup_iters", "adam_lr", "beta2"))},
     "muonh": {"muonh": MiniRecipe("config/mini_muonh.py", (4.5e-3, 9e-3, 1.8e-2, 3.6e-2, 7.2e-2),
                                   ("warmup_iters", "adam_lr", "muon_momentum"))},
+    "soap-muon": {"soap_muon": MiniRecipe("config/mini_soap_muon.py", (1e-2, 2e-2, 4e-2, 8e-2, 1.6e-1),
+                                          ("warmup_iters", "muon_momentum", "soap_beta2"))},
 }
 
 

@@ -98,7 +98,9 @@ LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its
     "precondition_frequency": (1, 3, 10, 30, 100),
     "dion_momentum": (0.8, 0.85, 0.9, 0.95, 0.98),
     "rank_fraction": (0.125, 0.25, 0.5, 1.0),
+    "ortho_fraction": (0.125, 0.25, 0.5, 1.0),
     "normuon_beta2": (0.9, 0.95, 0.98, 0.99, 0.995, 0.999),
+    "soap_beta2": (0.8, 0.9, 0.95, 0.98, 0.99),
     "scion_momentum": (0.02, 0.05, 0.1, 0.2, 0.5),  # the new gradient's weight: 1 - beta
     "kron_precond_lr": (0.05, 0.1, 0.2, 0.4, 0.8, 1.0),  # (1: the largest normalised step that keeps q positive)
     "prodigy_d_coef": (0.25, 0.5, 1.0, 2.0, 4.0),

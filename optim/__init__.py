@@ -33,6 +33,7 @@ from optim.cautious_adamw import CautiousAdamWHyperparameters, build_cautious_ad
 from optim.contract import Builder, Hyperparameters, Loop
 from optim.routing import HIDDEN, parameter_kinds
 from optim.dion import DionHyperparameters, build_dion
+from optim.dion2 import Dion2Hyperparameters, NorDion2Hyperparameters, build_dion2
 from optim.external import is_import_path, spec_of as external_spec
 from optim.kron import KronHyperparameters, build_kron
 from optim.lion import LionHyperparameters, build_lion
@@ -50,6 +51,7 @@ from optim.scion import ScionHyperparameters, build_scion
 from optim.signum import SignumHyperparameters, build_signum
 from optim.shampoo import ShampooHyperparameters, build_shampoo
 from optim.soap import SOAPHyperparameters, build_soap
+from optim.soap_muon import SOAPMuonHyperparameters, build_soap_muon
 from optim.sophia import SophiaHyperparameters, build_sophia
 
 __all__ = ["MARS", "MARSM", "Moonlight", "Muon", "OPTIMIZERS", "OptimizerSpec", "build_optimizer", "load_config"]
@@ -114,15 +116,18 @@ OPTIMIZERS: Registry = Registry({
         OptimizerSpec("scion", ScionHyperparameters, build_scion),
         OptimizerSpec("kron", KronHyperparameters, build_kron),
         OptimizerSpec("soap", SOAPHyperparameters, build_soap),
-        # the optimizers that lead the field in 2026 (NorMuon, AdaMuon, MuonClip, Dion, Shampoo, the
-        # hyperball optimizers)
+        # the optimizers that lead the field in 2026 (NorMuon, AdaMuon, MuonClip, Dion and Dion2, Shampoo, the
+        # hyperball optimizers, SOAP-Muon)
         OptimizerSpec("normuon", NorMuonHyperparameters, build_normuon),
         OptimizerSpec("adamuon", AdaMuonHyperparameters, build_adamuon),
         OptimizerSpec("muonclip", MuonClipHyperparameters, build_muonclip),
         OptimizerSpec("dion", DionHyperparameters, build_dion),
+        OptimizerSpec("dion2", Dion2Hyperparameters, build_dion2),
+        OptimizerSpec("nordion2", NorDion2Hyperparameters, build_dion2),
         OptimizerSpec("shampoo", ShampooHyperparameters, build_shampoo),
         OptimizerSpec("adamh", AdamHHyperparameters, build_adamh),
         OptimizerSpec("muonh", MuonHHyperparameters, build_muonh),
+        OptimizerSpec("soap-muon", SOAPMuonHyperparameters, build_soap_muon),
     )
 })
 HYPERPARAMETERS = SettingsTable()

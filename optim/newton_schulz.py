@@ -31,6 +31,8 @@ of NS_COEFFICIENTS, which the iteration reads:
   - "simple": the fixed (2, -1.5, 0.5) of modded-nanogpt's optimization track (train_gpt_simple*.py, e.g.
     records/track_3_optimization/results/20260430_muonh at f411b3d, which runs 12 iterations, eps 1e-7), any
     number of steps: a gentler quintic (p'(1) = 0) that needs more iterations than NS5's.
+  - "dion": microsoft/dion's five per-iteration triples (at 0a059a4: newton_schulz_triton, the Newton-Schulz of
+    their train.py's runs), on X = G / (||G||_F + eps), at most 5 iterations.
 """
 
 import functools
@@ -67,12 +69,21 @@ NS_COEFFICIENTS = {
         (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
         (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
     ), repeats=False, safety=1.02, eps=1e-6),
+    # microsoft/dion at 0a059a4, dion/newton_schulz_triton.py's newton_schulz_triton (and dion/muon.py's
+    # zeropower_via_newtonschulz5): what their train.py's Dion2, NorDion2 and Muon runs use
+    "dion": NSCoefficients((
+        (4.0848, -6.8946, 2.9270),
+        (3.9505, -6.3029, 2.6377),
+        (3.7418, -5.5913, 2.3037),
+        (2.8769, -3.1427, 1.2046),
+        (2.8366, -3.0525, 1.2012),
+    ), repeats=False, safety=1.0, eps=None),
 }
 
 
-def ns_coefficients_setting() -> Any:
+def ns_coefficients_setting(default: str = "quintic") -> Any:
     """The config key ns_coefficients, a field of each orthogonalising optimizer's Hyperparameters."""
-    return setting("quintic", choices=tuple(NS_COEFFICIENTS))
+    return setting(default, choices=tuple(NS_COEFFICIENTS))
 
 
 def max_ns_steps(coefficients: str) -> int | None:

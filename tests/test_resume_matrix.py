@@ -58,8 +58,8 @@ SHAPE = ["--n_layer=1", "--n_head=2", "--n_embd=34", "--block_size=30", "--vocab
          "--compile=False", "--device=cpu", "--ckpt_interval=2", "--ckpt_keep=10", f"--eval_interval={STEPS}",
          "--eval_sequences=8", f"--log_interval={STEPS}", "--sample_tokens=0"]
 MICRO_BATCH = {1: 4, 2: 4, 4: 2}
-# SOAP refreshes its bases every 2 steps, so both sides of a resume do (the statistics and the bases are
-# its state); a side over 40 is not rotated (the embedding's 128 rows); eps 1e-4 keeps the steps in the
+# SOAP (and SOAP-Muon) refreshes its bases every 2 steps, so both sides of a resume do (the statistics and the
+# bases are its state); a side over 40 is not rotated (the embedding's 128 rows); eps 1e-4 keeps the steps in the
 # null space of its statistics (rounding noise, normalised) from moving its runs by O(lr) at another world size.
 # Cautious AdamW runs without biases: the attention's key bias has a gradient of rounding noise (conftest.
 # without_key_bias), whose sign, and so its mask, differs between world sizes, and the mask's mean rescales the
@@ -73,6 +73,7 @@ MICRO_BATCH = {1: 4, 2: 4, 4: 2}
 # mini recipe's swept 0.25), so that its four steps move the weights (and a d estimated from one rank's blocks
 # alone would move them elsewhere).
 EXTRA_ARGS = {"soap": ["--precondition_frequency=2", "--max_precond_dim=40", "--eps=1e-4"],
+              "soap-muon": ["--precondition_frequency=2"],
               "cautious-adamw": ["--bias=False"], "prodigy": ["--learning_rate=1.0", "--prodigy_d0=1e-5",
                                                                 "--prodigy_d_coef=100"],
               "sophia": ["--sophia_hessian_interval=2"], "shampoo": ["--precondition_frequency=2", "--epsilon=1e-3"],
@@ -333,11 +334,11 @@ def test_a_sharded_run_folder_holds_each_ranks_own_shards(matrix, variant):
 # bit, as one process's two micro-steps of 4 average the same (g1 + g2) / 2, but where torch's fused AdamW rounds
 # a block's vector tail otherwise (FUSED_TAIL: FSDP within OTHER_PARALLELISM; measured 7e-8); FSDP over 4 ranks, with
 # activation checkpointing, within 1e-5 (gloo's sum over 4 in its own order, four steps of it: measured at most
-# 2.7e-7, and 1.6e-6 for the Newton-Schulz optimizers), but for SOAP, whose bases turn rounding into O(1)
-# differences (above); and Dion, whose sharded step sums its products over row blocks (test_optim_ddp.ROW_BLOCK_SUMS),
+# 2.7e-7, and 1.6e-6 for the Newton-Schulz optimizers), but for SOAP and SOAP-Muon, whose bases turn rounding into
+# O(1) differences (above; SOAP-Muon's fsdp4 ended 0.23 from one process, 0.0038 at soap_eps 1e-2); and Dion, whose sharded step sums its products over row blocks (test_optim_ddp.ROW_BLOCK_SUMS),
 # FSDP over 2 within OTHER_PARALLELISM too (measured 2.2e-7). And the diagnostics of their last (log) step alike.
 AGAINST_ONE_PROCESS = {"ddp2": SAME, "fsdp2": SAME, "fsdp4": 1e-5}
-FUSED_TAIL, ROUNDING_CHAOTIC = {"adamw"}, {"soap"}  # (recipes)
+FUSED_TAIL, ROUNDING_CHAOTIC = {"adamw"}, {"soap", "soap_muon"}  # (recipes)
 
 
 def initial_weights(variant: str) -> dict:
