@@ -215,8 +215,7 @@ def _on_owners_of_shards(units: list[list[DTensor]], compute: Compute, dtype: to
     for r, part in enumerate(incoming.split(back_sizes)):
         for j, rows_of_j in zip(back_by[r], part.split([sizes[j][rank] for j in back_by[r]])):
             updates[j] = rows_of_j.view(blocks[j].shape).to(tensors[j].dtype)
-    results = {j: DTensor.from_local(u, tensors[j].device_mesh, tensors[j].placements, run_check=False,
-                                     shape=tensors[j].shape, stride=tensors[j].stride()) for j, u in updates.items()}
+    results = dict(zip(updates, with_local_blocks([tensors[j] for j in updates], list(updates.values()))))
     return [[results[j] for j in members[i] if comes_back[j]] for i in range(len(units))]
 
 
