@@ -35,6 +35,8 @@ Tables:
   tuned_baselines  docs/reproducing.md's table of the benchmarks' baselines tuned after the first seven:
          results/tune/tuning.md (search runs, core-hours), results/tune/speedups.csv (tuned seeds, speedup over the
          tuned AdamW) and results/tune/report.md (the Welch test against the tuned AdamW).
+  trend  docs/reproducing.md's table of the speedup's trend: experiments.trend's (each optimizer at the testbed's three
+         points, the field's, and GPT-2 small's projection).
   rankings  docs/reproducing.md's table of the learning-rate-only testbed beside the 2025 benchmarks' rankings:
          results/mini/speedups.csv's losses against results/rankings/*.json, Kendall's tau-b as
          experiments.rankings computes it.
@@ -621,10 +623,17 @@ def rankings_table(results: str = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def trend_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's trend table: experiments.trend's, from results/'s speedups.csv at the three points."""
+    from experiments import trend
+
+    return trend.trend_table(os.path.dirname(results))
+
+
 TABLES = {"mini": mini_table, "mini_lr": lr_only_table, "tuned": tuned_table, "ladder": ladder_table,
           "llama": llama_table, "llama_tuned": llama_tuned_table, "new_2026": new_2026_table,
           "new_2026_llama": new_2026_llama_table,
-          "tuned_baselines": tuned_baselines_table, "rankings": rankings_table}
+          "tuned_baselines": tuned_baselines_table, "rankings": rankings_table, "trend": trend_table}
 
 
 def render(text: str, results: str = RESULTS) -> str:

@@ -88,6 +88,7 @@ DOCS_TABLES = {
     "new_2026_llama": "| optimizer | mini recipe | GPT-2 mini | Llama mini | vs the tuned Llama AdamW (Welch, p) |",
     "tuned_baselines": "| optimizer | search runs | tuned, seeds 1-4 | over the tuned AdamW | Welch p | core-hours |",
     "rankings": "| benchmark | their order, best first | here | Kendall's tau (p) |",
+    "trend": "| optimizer | the mini (0.44M, 2.4 tokens per parameter) | 4x the tokens",
 }
 
 
@@ -100,7 +101,7 @@ def regions(text: str) -> dict[str, str]:
 @pytest.mark.quick
 def test_the_reproducing_pages_tables_are_generated():
     """docs/reproducing.md's learning-rate-only, tuned, tuned baselines', ranking, mini Llama (carried over and tuned
-    on it), ladder and 2026 tables (GPT-2 and Llama) are marked regions, each what experiments.tables makes of the committed results (a row of each
+    on it), ladder, 2026 (GPT-2 and Llama) and trend tables are marked regions, each what experiments.tables makes of the committed results (a row of each
     pinned), and an emptied region is rewritten to the same bytes."""
     from experiments import tables
 

@@ -1,0 +1,143 @@
+"""
+The speedup's trend (docs/scaling.md): each optimizer's token-equivalent speedup over the tuned AdamW, with its 95%
+interval, at the testbed's three points side by side, beside what the field measured at larger scale, and what the
+three points project for GPT-2 small, labelled as a projection:
+
+    python -m experiments.trend            # the table (docs/reproducing.md's trend table, experiments.tables)
+
+The points (POINTS), each a speedups.csv of experiments.report (each optimizer's speedup on that point's own tuned
+AdamW budget ladder): the mini (0.44M non-embedding parameters, 2.4 tokens per parameter), the mini at 4x the tokens
+(9.5 per parameter) and width 192 at 4x the tokens (4x the non-embedding parameters, 2.4 per parameter): a step in
+size at a fixed data ratio, and a step in data ratio at a fixed size.
+
+The projection assumes the speedup is a power law in both, log S = a + b log(N / N_mini) + c log(r / r_mini) (N the
+non-embedding parameters, r the tokens per parameter), which the three points fix (b from the size step, c from the
+data step), and reads it at GPT-2 small (85M non-embedding parameters) at the data ratio asked (the optimisation
+track's 1.7B tokens, 20 per parameter, ...). Its interval: the projection of 20000 draws of the three points, each
+log S normal with the spread its 95% interval gives, their 2.5% and 97.5% quantiles. Two factor-of-4 steps
+extrapolated over a factor of 190 in size: the interval says how little three points pin it, and the law itself is
+an assumption the points cannot test.
+"""
+
+from __future__ import annotations
+
+if not __package__:  # run as a file: the repository's modules are not importable
+    raise SystemExit("experiments/trend.py is a module of the experiments package: "
+                     "run python -m experiments.trend from the repository root")
+
+import argparse
+import csv
+import math
+import os
+from typing import NamedTuple
+
+from errors import InputError, exit_on_input_error
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def non_embedding_parameters(n_layer: int, n_embd: int) -> int:
+    """The blocks' matrices of a GPT (attention 4 d^2, MLP 8 d^2 per layer): what a speedup's scaling is counted in."""
+    return 12 * n_layer * n_embd**2
+
+
+class Point(NamedTuple):
+    name: str
+    speedups: str  # its speedups.csv, relative to the repository
+    parameters: int  # non-embedding
+    tokens: int  # per run of the tuned point
+
+
+MINI_TOKENS = 256 * 4096  # config/mini.py: max_iters x total_batch_size
+POINTS = (
+    Point("the mini", "results/tune/speedups.csv", non_embedding_parameters(4, 96), MINI_TOKENS),
+    Point("4x the tokens", "results/scale/tokens4x/speedups.csv", non_embedding_parameters(4, 96), 4 * MINI_TOKENS),
+    Point("width 192, 4x the tokens", "results/scale/width192/speedups.csv", non_embedding_parameters(4, 192),
+          4 * MINI_TOKENS),
+)
+GPT2_SMALL = non_embedding_parameters(12, 768)
+# What the field measured, each optimizer's speedup over a tuned AdamW (the sources docs/scaling.md cites)
+FIELD = {
+    "Muon": ("modded-nanogpt's optimization track, 124M: 4950 tuned AdamW steps / 3250 Muon steps to 3.28", 1.52),
+}
+WEN_ET_AL = "Wen et al. (arXiv 2509.02046): the matrix optimizers over a tuned AdamW, about 1.4x at 0.1B, 1.1x at 1.2B"
+DRAWS = 20000
+
+
+def read_point(path: str) -> dict[str, tuple[float, float, float]]:
+    """optimizer -> (speedup, low, high) from a speedups.csv (AdamW's own row, the reference, left out); {} if the
+    point has not been measured yet."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, newline="") as f:
+        return {row["optimizer"]: (float(row["speedup"]), float(row["low"]), float(row["high"]))
+                for row in csv.DictReader(f) if row["low"] and row["high"]}
+
+
+def log_spread(low: float, high: float) -> float:
+    """The standard deviation of log S that a 95% interval (low, high) gives."""
+    return (math.log(high) - math.log(low)) / (2 * 1.959964)
+
+
+def projected(points: list[tuple[float, float, float]], at_parameters: int, at_ratio: float,
+              draws: int = DRAWS, seed: int = 0) -> tuple[float, float, float]:
+    """The power law through the three points' speedups, read at (at_parameters, at_ratio), and the 2.5% and 97.5%
+    quantiles of the same over draws of the points (each log S normal, its spread from its interval)."""
+    import numpy as np
+
+    mini, tokens4x, width192 = POINTS
+    size_step = math.log(width192.parameters / mini.parameters)
+    data_step = math.log((tokens4x.tokens / tokens4x.parameters) / (mini.tokens / mini.parameters))
+    to_size = math.log(at_parameters / mini.parameters)
+    to_ratio = math.log(at_ratio / (mini.tokens / mini.parameters))
+
+    def law(logs):  # (the width-192 point has the mini's data ratio)
+        base, data, size = logs
+        return base + (size - base) / size_step * to_size + (data - base) / data_step * to_ratio
+
+    centre = math.exp(law([math.log(s) for s, _, _ in points]))
+    rng = np.random.default_rng(seed)
+    samples = np.exp(law([rng.normal(math.log(s), log_spread(low, high), draws) for s, low, high in points]))
+    return centre, float(np.quantile(samples, 0.025)), float(np.quantile(samples, 0.975))
+
+
+def speedup_text(value: tuple[float, float, float] | None) -> str:
+    if value is None:
+        return "not yet measured"
+    s, low, high = value
+    return f"{s:.2f}x ({low:.2f} to {high:.2f})"
+
+
+def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
+    """The Markdown table: a row per optimizer measured at the mini, its speedup at each point, the field's, and the
+    projection for GPT-2 small at at_ratio tokens per parameter where all three points are measured."""
+    measured = [read_point(os.path.join(repo, point.speedups)) for point in POINTS]
+    if not measured[0]:
+        raise InputError(f"{POINTS[0].speedups}: no speedups at the mini; run experiments.report on the tuning first")
+    header = ["optimizer", *(f"{p.name} ({p.parameters / 1e6:.2f}M, {p.tokens / p.parameters:.1f} tokens per "
+                             f"parameter)" for p in POINTS), "the field", f"GPT-2 small at {at_ratio:g} tokens per "
+                                                                          f"parameter (a projection)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for optimizer in sorted(measured[0], key=lambda o: -measured[0][o][0]):
+        cells = [point.get(optimizer) for point in measured]
+        field = f"{FIELD[optimizer][1]:.2f}x" if optimizer in FIELD else ""
+        projection = "needs all three points"
+        if all(cells):
+            s, low, high = projected(cells, GPT2_SMALL, at_ratio)
+            projection = f"{s:.2f}x ({low:.2f} to {high:.2f})"
+        lines.append("| " + " | ".join([optimizer, *map(speedup_text, cells), field, projection]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m experiments.trend", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ratio", type=float, default=20.0,
+                        help="tokens per parameter of the projection's GPT-2 small (default 20)")
+    args = parser.parse_args()
+    with exit_on_input_error():
+        print(trend_table(at_ratio=args.ratio), end="")
+    print(f"\nThe field: {WEN_ET_AL}; " + "; ".join(f"{o}: {text} ({s:.2f}x)" for o, (text, s) in FIELD.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""experiments.trend: the speedups of the testbed's three points side by side, and the power law through them read at
+GPT-2 small as a projection, on speedups.csv files written here in experiments.report's schema."""
+
+import csv
+import math
+
+import pytest
+
+from errors import InputError
+from experiments import trend
+
+
+def write_point(repo, point, rows):
+    path = repo / point.speedups
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["optimizer", "setting", "tokens", "seeds", "loss_mean", "loss_std", "speedup", "low", "high"])
+        writer.writerow(["AdamW", "", point.tokens, 3, 2.3, 0.01, 1, "", ""])
+        for name, (s, low, high) in rows.items():
+            writer.writerow([name, "", point.tokens, 3, 2.0, 0.01, s, low, high])
+
+
+def planted(base, size_exponent, data_exponent, point):
+    """A speedup that follows the law exactly: base (N / N_mini)^b (r / r_mini)^c."""
+    mini = trend.POINTS[0]
+    ratio = (point.tokens / point.parameters) / (mini.tokens / mini.parameters)
+    return base * (point.parameters / mini.parameters) ** size_exponent * ratio**data_exponent
+
+
+@pytest.mark.quick
+def test_the_projection_is_the_law_through_the_three_points(tmp_path):
+    """Speedups planted on a power law (3x at the mini, shrinking as size^-0.2 and ratio^-0.1) project to the law's
+    value at GPT-2 small, its interval around it and wider than any point's; a point not yet run says so, and the
+    projection waits for it."""
+    for point in trend.POINTS:
+        s = planted(3.0, -0.2, -0.1, point)
+        write_point(tmp_path, point, {"Muon": (s, s / 1.1, s * 1.1), "Kron": (2.0, 1.5, 2.5)})
+    expected = planted(3.0, -0.2, -0.1, trend.Point("", "", trend.GPT2_SMALL, 20 * trend.GPT2_SMALL))
+    cells = [trend.read_point(str(tmp_path / p.speedups))["Muon"] for p in trend.POINTS]
+    centre, low, high = trend.projected(cells, trend.GPT2_SMALL, 20.0)
+    assert centre == pytest.approx(expected, rel=1e-9) and low < centre < high
+    assert math.log(high / low) > 3 * math.log(1.1 * 1.1)  # (extrapolated over 190x: far wider than a point's)
+    table = trend.trend_table(str(tmp_path))
+    muon = next(line for line in table.splitlines() if line.startswith("| Muon "))
+    assert f"{expected:.2f}x" in muon and "1.52x" in muon  # (the track's, beside)
+    (tmp_path / trend.POINTS[2].speedups).unlink()
+    muon = next(line for line in trend.trend_table(str(tmp_path)).splitlines() if line.startswith("| Muon "))
+    assert "not yet measured" in muon and "needs all three points" in muon
+
+
+def test_no_mini_speedups_is_named(tmp_path):
+    with pytest.raises(InputError, match="results/tune/speedups.csv"):
+        trend.trend_table(str(tmp_path))
