@@ -124,14 +124,16 @@ class Dion(MatrixProducts, ListwiseOptimizer):
 
     def products(self) -> list[Product]:
         """The batched products of one step on one process, a stack of same-shape matrices at a time: P, the two
-        Grams and solves of orthonormal() (float64), R, the error feedback and the update."""
+        Grams, solves (each counted as a product of its size) and products of orthonormal() (float64), R, the error
+        feedback and the update."""
         products = []
         for (shape, dtype, r), count in self._stack_shapes().items():
             m, n = shape
             rows, cols = (n, m) if transposed(shape) else (m, n)  # B = M or M^T: rows x cols
             products += [Product(count, rows, cols, r, dtype),  # P = B Q
                          Product(count, r, rows, r, torch.float64, 2.0),  # the Grams
-                         Product(count, rows, r, r, torch.float64, 2.0),  # P T^{-1} (T^{-1} by a solve: r x r)
+                         Product(count, r, r, r, torch.float64, 2.0),  # T^{-1}: T's solve against I, as a product
+                         Product(count, rows, r, r, torch.float64, 2.0),  # P T^{-1}
                          Product(count, cols, rows, r, dtype),  # R = B^T P
                          Product(count, m, r, n, dtype, 2.0)]  # the error feedback, the update
         return products

@@ -5,12 +5,14 @@ that `python -m bench.optimizer_step` and `python -m bench.gpu --cpu-smoke` prin
 (CPU): counts, sums, and that the printed ratios are those of the printed times.
 """
 
+import dataclasses
 import os
 import statistics
 import subprocess
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 import bench.optimizer_step as optimizer_step
 import conftest
@@ -20,7 +22,8 @@ from bench.optimizer_step import (
 )
 from config.models import PRESETS
 from model import GPT, GPTConfig
-from optim import build_optimizer, load_config
+from optim import OPTIMIZERS, build_optimizer, load_config
+from optim.contract import MatrixProducts
 from optim.newton_schulz import ns5_flops, ns5_products
 from optim.sharding import balanced_owners
 
@@ -179,3 +182,63 @@ def test_gpu_benchmark_smoke_run_prints_the_floor_rows():
         assert float(row["whole step / AdamW's"][:-1]) == pytest.approx(ratio, rel=0.05, abs=0.01)
         step_over_floor = float(row["optimizer ms"]) / float(row["floor ms"])
         assert float(row["step/floor"][:-1]) == pytest.approx(step_over_floor, rel=1e-3, abs=0.01)
+
+
+# ----------------------------------------------------------------------------- declared products = what a step runs
+
+
+def in_place_product(self_shape, a_shape, b_shape, out_shape=None, **kwargs) -> int:
+    """baddbmm_ and addmm_, which torch's FLOP counter has no entry for: the product's 2 x rows x inner x cols."""
+    return 2 * torch.Size(a_shape).numel() * b_shape[-1]
+
+
+def triangular_solve(a_shape, b_shape, out_shape=None, **kwargs) -> int:
+    """A triangular solve, counted as a product of its size (twice its own FLOPs), as the declared lists count it."""
+    return 2 * torch.Size(b_shape).numel() * a_shape[-1]
+
+
+PRODUCT_COUNTS = {torch.ops.aten.baddbmm_: in_place_product, torch.ops.aten.addmm_: in_place_product,
+                  torch.ops.aten.linalg_solve_triangular: triangular_solve}
+
+
+def step_flops(optimizer: torch.optim.Optimizer, step) -> float:
+    """The matrix products' FLOPs torch's counter sees while step() runs (PRODUCT_COUNTS beside its own)."""
+    with FlopCounterMode(display=False, custom_mapping=PRODUCT_COUNTS) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+# The settings that make each periodic part of a step run at every step, so that one step's products are the
+# declared average: the bases' and root inverses' refresh (SOAP, SOAP-Muon, Shampoo), Kron's preconditioner update;
+# MARS declares products only as MARS-Shampoo.
+EVERY_STEP = {"precondition_frequency": 1, "kron_update_prob_min": 1.0}
+LOOP = {"schedule-free-adamw": dict(lr_schedule="constant", warmup_iters=0)}  # (what its config requires)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_each_optimizers_declared_products_are_the_products_its_step_runs(name):
+    """products() is what bench.optimizer_step times as a step's floor: for every registry optimizer that declares
+    it (and an element-wise one runs none), the FLOPs of the products a step dispatches (torch's counter: mm, bmm, addmm, baddbmm, in place too, and
+    the triangular solves at a product's count) equal the declared ones, at the step after the first (which only
+    starts some optimizers' statistics), on a tiny GPT with its four block shapes, tall, square and wide."""
+    from test_optim import TINY, tiny_config
+
+    fields = {f.name for f in dataclasses.fields(OPTIMIZERS[name].hyperparameters)}
+    settings = {k: v for k, v in EVERY_STEP.items() if k in fields} | LOOP.get(name, {}) | (
+        {"mars_type": "mars-shampoo"} if name == "mars" else {})
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    optimizer = build_optimizer(model, tiny_config(optimizer=name, compile=False, **settings), "cpu")
+
+    def step():
+        for p in model.parameters():
+            p.grad = torch.randn_like(p) * 0.01
+        optimizer.step()
+
+    step()
+    if not isinstance(optimizer, MatrixProducts):  # an element-wise step: it must run no product
+        assert step_flops(optimizer, step) == 0
+        return
+    declared = sum(product.flops() for product in optimizer.products())
+    assert declared > 0
+    assert step_flops(optimizer, step) == pytest.approx(declared, rel=1e-12)
