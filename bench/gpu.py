@@ -30,9 +30,10 @@ torch.compile's mode, to measure the alternatives.
 
 After the table: the matrix optimizers' timed rows against their floor (Muon, Moonlight, MARS-M, Scion,
 SOAP, Kron: whatever declares optim.contract.MatrixProducts): the optimizer step inside the training step,
-the FLOPs of the matrix products it declares, the device's rate on those products and their time (the floor),
-each product timed alone after the rows (bench.optimizer_step.measure_floors, the same function as
-bench.optimizer_step's floor rows), step / floor, and the whole training step against AdamW's on the same
+the FLOPs of the matrix products its steps dispatch (recorded over as many steps again, uncompiled: its own ops
+and layouts), the device's rate on those products and their time (the floor), each product timed alone as the
+step ran it, after the rows (bench.optimizer_step.measure_floors, the same function as bench.optimizer_step's
+floor rows), step / floor, and the whole training step against AdamW's on the same
 model. Then torch's fused AdamW against MARS-AdamW, the optimizer step alone on GPT-2-small
 tensors (bench.optimizer_step's optimizers; target <= 1.5x, memory-traffic floor 1.43x), by the
 kernels' own time and by the span between events, and MARS-exact's whole step against AdamW's
@@ -68,6 +69,7 @@ from bench import print_header
 from bench.memory import allocated_prediction
 from bench.optimizer_step import (
     FLOOR_COLUMNS, SMOKE_MODEL, Clock, PeakMemory, floor_cells, make_optimizers, matrix_products, measure_floors,
+    recorded_products,
 )
 from bench.recipes import VARIANTS, paper_config_args
 from config import CHOICES, TrainConfig, read_config_file
@@ -206,6 +208,7 @@ class Row:
     predicted_bytes: float | None = None  # bench.memory's model of what max_memory_allocated sees
     failed: bool = False
     products: list[Product] | None = None  # the matrix products its optimizer's step declares (timed rows)
+    recorded: dict | None = None  # the products its steps dispatched, per step (bench.optimizer_step.recorded_products)
     profile: dict[str, float] | None = None  # ms per step by kind of kernel (--profile-steps)
     top_kernels: list[tuple[str, float]] | None = None
 
@@ -279,8 +282,11 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
         flops = train.peak_flops(cfg, rt.device)
         passes = cfg.hyperparameters.gradients_per_step()
         row.mfu = raw_model.estimate_mfu(row.tokens_per_s / rt.world_size, flops, passes) if flops else None
-        if profile_steps:
+        if row.products:  # the products its steps dispatch, over as many steps again, uncompiled (their floor)
             first = warmup + steps
+            row.recorded = recorded_products(optimizer, lambda: [step(i) for i in range(first, first + steps)])
+        if profile_steps:
+            first = warmup + 2 * steps if row.products else warmup + steps
             with device_profile(rt.device) as profiler:
                 start = clock.mark()
                 for i in range(first, first + profile_steps):
@@ -475,16 +481,16 @@ FLOOR_HEADER = ("| optimizer | model | optimizer ms | " + " | ".join(FLOOR_COLUM
 
 
 def print_floors(rows: list[Row], device: torch.device, repeats: int, warmup: int, world_size: int) -> None:
-    """The timed rows of the matrix optimizers against their floor: the matrix products their step declares,
-    each timed alone on this device after the rows (bench.optimizer_step.measure_floors, bench.optimizer_step's
-    floor rows too); the optimizer step as the training step runs it (optimizer ms), and the whole step against
+    """The timed rows of the matrix optimizers against their floor: the matrix products their steps dispatched on
+    this rank, each timed alone on this device as the step ran it, after the rows (bench.optimizer_step.
+    measure_floors, bench.optimizer_step's floor rows too); the optimizer step as the training step runs it (optimizer ms), and the whole step against
     AdamW's on the same model."""
-    matrix_rows = [row for row in rows if row.products and row.optimizer_ms is not None]
+    matrix_rows = [row for row in rows if row.recorded and row.optimizer_ms is not None]
     if not matrix_rows:
         return
-    floors = measure_floors({str(i): row.products for i, row in enumerate(matrix_rows)}, device, repeats, warmup)
-    print("matrix optimizers against their floor (the matrix products their step declares, each timed alone here"
-          + (f"; the whole model's: each of the {world_size} ranks computes its owners' share" if world_size > 1
+    floors = measure_floors({str(i): row.recorded for i, row in enumerate(matrix_rows)}, device, repeats, warmup)
+    print("matrix optimizers against their floor (the matrix products their steps dispatched, each timed alone here"
+          + (f"; this rank's: each of the {world_size} ranks computes its owners' share" if world_size > 1
              else "") + "):")
     print(FLOOR_HEADER)
     print("|" + " --- |" * FLOOR_HEADER.count(" |"))

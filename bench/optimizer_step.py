@@ -15,10 +15,10 @@ beyond what it starts with, and the optimizer state it keeps.
 "official-style MARS" re-implements the official code's loop (per parameter, a
 host sync on each norm, out-of-place temporaries) for the record.
 
-Then, for the matrix optimizers among them (optim.contract.MatrixProducts with products to declare: Muon,
-Moonlight, MARS-M, MARS-Shampoo, Scion, SOAP, Kron), the floor of their step: the time of the matrix
-products it declares, each measured alone here and now (measure_floors: torch.bmm on random tensors of
-each product's shapes and dtype), beside the step. A row gives the step's median, its FLOPs, the device's
+Then, for the matrix optimizers among them (optim.contract.MatrixProducts: Muon, Moonlight, MARS-M, MARS-Shampoo,
+Scion, SOAP, Kron, Dion, ...), the floor of their step: the time of the matrix products its steps dispatch, each
+measured alone here and now as the step ran it (recorded_products, then measure_floors: its op on random tensors of
+its operands' shapes, strides and dtypes), beside the step. A row gives the step's median, its FLOPs, the device's
 rate on those shapes (FLOPs / floor), the floor, step / floor (1.00x: nothing but the products), and the
 step against fused AdamW's. On a CPU these are numbers to read, not targets (NS5 runs in fp32 there).
 
@@ -36,6 +36,7 @@ if not __package__:  # run as a file: the repository's modules (model, data, ...
                      "    python -m bench.optimizer_step ...")
 
 import argparse
+import collections
 import ctypes
 import dataclasses
 import math
@@ -43,9 +44,11 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch.optim import Optimizer
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import bench
 from bench.memory import Tensor, ns5_costs, ns5_exchange
@@ -186,6 +189,90 @@ def matrix_products(optimizer: Optimizer) -> list[Product]:
     return optimizer.products() if isinstance(optimizer, MatrixProducts) else []
 
 
+ATEN = torch.ops.aten
+# The ops a floor counts as matrix products, each with where its two multiplied operands are among its arguments (an
+# accumulating form's first argument is the addend); a triangular solve counts as a product of its size (twice its
+# own FLOPs), as the declared lists count it (optim/kron.py, optim/dion.py).
+PRODUCT_OPERANDS = {ATEN.mm: 0, ATEN.bmm: 0, ATEN.addmm: 1, ATEN.addmm_: 1, ATEN.baddbmm: 1, ATEN.baddbmm_: 1,
+                    ATEN.linalg_solve_triangular: 0}
+
+
+class Operand(NamedTuple):
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
+class ProductCall(NamedTuple):
+    """One matrix product as a step dispatched it: its op, and its arguments, each tensor by its shape, strides (a
+    transposed view's) and dtype, the others as they were (alpha, beta, upper, left, ...)."""
+
+    op: object  # an aten OpOverload
+    args: tuple
+    kwargs: tuple  # (name, value) pairs
+
+    def flops(self) -> float:
+        first = PRODUCT_OPERANDS[self.op.overloadpacket]
+        a, b = self.args[first], self.args[first + 1]
+        if self.op.overloadpacket is ATEN.linalg_solve_triangular:  # (A X = B or X A = B: n^2 per column of B)
+            return 2.0 * math.prod(b.shape) * a.shape[-1]
+        return 2.0 * math.prod(a.shape) * b.shape[-1]
+
+    def operands(self, device: torch.device) -> tuple[tuple, dict]:
+        """Arguments to run it with: random tensors of its operands' shapes, strides and dtypes."""
+        def made(x):
+            if not isinstance(x, Operand):
+                return x
+            size = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride) if n)  # (the storage the view spans)
+            return torch.randn(size, dtype=x.dtype, device=device).mul_(0.01).as_strided(x.shape, x.stride)
+        return tuple(made(x) for x in self.args), {k: made(v) for k, v in self.kwargs}
+
+
+class RecordedProducts(TorchDispatchMode):
+    """Every matrix product (PRODUCT_OPERANDS) dispatched while active, counted by ProductCall."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: collections.Counter[ProductCall] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket in PRODUCT_OPERANDS:
+            def described(x):
+                return Operand(tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else x
+            self.calls[ProductCall(func, tuple(map(described, args)),
+                                   tuple(sorted((k, described(v)) for k, v in kwargs.items())))] += 1
+        return func(*args, **kwargs)
+
+
+def recorded_products(optimizer: Optimizer, run: Callable[[], None]) -> dict[ProductCall, float]:
+    """The matrix products the optimizer's steps dispatch while run() runs (whole training steps, or its steps
+    alone), each with its count per step. Run uncompiled (under a dispatch mode dynamo would not run the compiled
+    kernels anyway): the products of the step's own ops and layouts, which its compiled form hands to the same BLAS
+    calls."""
+    import torch._dynamo
+
+    recorder, steps, step = RecordedProducts(), 0, optimizer.step
+
+    def recorded_step(*args, **kwargs):
+        nonlocal steps
+        steps += 1
+        with recorder:
+            return step(*args, **kwargs)
+
+    own = optimizer.__dict__.get("step")  # (an instance's own step, if it has one, comes back after)
+    optimizer.step = recorded_step
+    try:
+        with torch._dynamo.config.patch(disable=True):
+            run()
+    finally:
+        if own is None:
+            del optimizer.step
+        else:
+            optimizer.step = own
+    return {call: count / steps for call, count in recorder.calls.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class Floor:
     """A step's matrix products on this device: their FLOPs per step, and the time they take, each measured alone."""
@@ -199,32 +286,29 @@ class Floor:
         return self.flops / (self.ms / 1e3)
 
 
-def measure_floors(products: dict[str, list[Product]], device: torch.device, repeats: int = 5,
+def measure_floors(products: dict[str, dict[ProductCall, float]], device: torch.device, repeats: int = 5,
                    warmup: int = 2) -> dict[str, Floor]:
-    """Each optimizer's floor (by name, from the products its step declares): the sum over its products of per_step
-    x the time of that batched product alone, measured here and now. Each distinct product, (batch, rows, inner) @
-    (batch, inner, cols) in its dtype, is timed once for all: torch.bmm on random tensors, `warmup` calls (cuBLAS's
-    choice of kernel, the clocks), then `repeats` back to back between marks (on CUDA events, so the device's own
-    time: the host runs ahead and no launch gap falls inside a mark), their median."""
-
-    def once(p: Product) -> Product:  # what is timed: the product, one time
-        return p._replace(per_step=1.0)
-
+    """Each optimizer's floor (by name, from the products its steps dispatched, with their counts per step:
+    recorded_products): the sum over its products of count x the time of that product alone, measured here and now.
+    Each distinct product is timed once for all as the step ran it: its op (mm, bmm, baddbmm, in place or not, a
+    triangular solve) on random tensors of its operands' shapes, strides (a transposed view stays one) and dtypes,
+    `warmup` calls (the BLAS's choice of kernel, the clocks), then `repeats` back to back between marks (on CUDA
+    events, so the device's own time: the host runs ahead and no launch gap falls inside a mark), their median."""
     clock, ms = Clock(device), {}
-    for product in dict.fromkeys(once(p) for ps in products.values() for p in ps):
-        a = torch.randn(product.batch, product.rows, product.inner, dtype=product.dtype, device=device)
-        b = torch.randn(product.batch, product.inner, product.cols, dtype=product.dtype, device=device)
+    for call in dict.fromkeys(call for calls in products.values() for call in calls):
+        args, kwargs = call.operands(device)
         for _ in range(warmup):
-            torch.bmm(a, b)
+            call.op(*args, **kwargs)
         marks = [clock.mark()]
         for _ in range(repeats):
-            torch.bmm(a, b)
+            call.op(*args, **kwargs)
             marks.append(clock.mark())
         clock.synchronize()
-        ms[product] = statistics.median(clock.ms(start, end) for start, end in zip(marks, marks[1:]))
-        del a, b  # (one product's operands at a time: an XL embedding's product takes 0.3 GB in bf16)
-    return {name: Floor(sum(p.flops() for p in ps), sum(p.per_step * ms[once(p)] for p in ps))
-            for name, ps in products.items()}
+        ms[call] = statistics.median(clock.ms(start, end) for start, end in zip(marks, marks[1:]))
+        del args, kwargs  # (one product's operands at a time: an XL embedding's product takes 0.3 GB in bf16)
+    return {name: Floor(sum(count * call.flops() for call, count in calls.items()),
+                        sum(count * ms[call] for call, count in calls.items()))
+            for name, calls in products.items()}
 
 
 # The columns a floor row adds (bench.gpu prints them too), after the step's ms.
@@ -236,7 +320,7 @@ def floor_cells(step_ms: float, floor: Floor) -> list[str]:
 
 
 def print_floors(step_ms: dict[str, float], floors: dict[str, Floor], reference_ms: float | None) -> None:
-    print("matrix optimizers against their floor, the matrix products their step declares, each timed alone "
+    print("matrix optimizers against their floor, the matrix products their steps dispatched, each timed alone "
           "(the rate is FLOPs / floor; step/floor 1.00x: the step is nothing but its products):")
     print(f"{'optimizer':<22} {'median step ms':>15} " + " ".join(f"{c:>16}" for c in FLOOR_COLUMNS)
           + f" {'vs fused AdamW':>15}")
@@ -397,7 +481,8 @@ def main() -> None:
                     for t in state_tensors(list(s.values())) if t.numel() > 1)  # (not the 0-d step counts)
         print(f"{name:<22} {median * 1e3:>10.1f}ms {ratio:>15} {extra:>24} {state / model_bytes:>8.2f}x")
 
-    products = {name: ps for name in names if (ps := matrix_products(optimizers[name]))}
+    products = {name: recorded_products(optimizers[name], lambda: [timed_step(name, i) for i in range(args.repeats)])
+                for name in names if matrix_products(optimizers[name])}
     if products:
         print()
         floors = measure_floors(products, device, repeats=args.repeats)

@@ -12,19 +12,19 @@ import subprocess
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import bench.optimizer_step as optimizer_step
 import conftest
 from bench.gpu import FLOOR_HEADER, TABLE_HEADER
 from bench.optimizer_step import (
-    PLAN_WORLD_SIZES, SMOKE_MODEL, matrix_shapes, measure_floors, owner_plan, print_owner_plans,
+    PLAN_WORLD_SIZES, SMOKE_MODEL, matrix_shapes, measure_floors, owner_plan, print_owner_plans, recorded_products,
 )
 from config.models import PRESETS
 from model import GPT, GPTConfig
 from optim import OPTIMIZERS, build_optimizer, load_config
 from optim.contract import MatrixProducts
-from optim.newton_schulz import ns5_flops, ns5_products
+from optim.muon import Muon
+from optim.newton_schulz import ns5_flops
 from optim.sharding import balanced_owners
 
 # NS5 of a 48 x 32 and two 32 x 96 matrices, 5 iterations of 4 n^2 m + 2 n^3 FLOPs each (n = 32 the short side)
@@ -40,42 +40,64 @@ def matrix_optimizer(cfg_args: list[str], model_args: dict) -> torch.optim.Optim
     return build_optimizer(model, load_config([*cfg_args, "--lr_schedule=constant", "--compile=False"]), "cpu")
 
 
+def recorded_muon_products() -> dict:
+    """The products two Muon steps over SHAPES dispatch, per step (NS5 in float32 on the CPU, uncompiled)."""
+    params = [torch.nn.Parameter(torch.randn(shape)) for shape in SHAPES]
+    muon = Muon([dict(params=params, use_muon=True)], compiled=False)
+
+    def run():
+        for _ in range(2):
+            for p in params:
+                p.grad = torch.randn_like(p)
+            muon.step()
+
+    return recorded_products(muon, run)
+
+
+class PretendProduct:
+    """A product op on a pretend device, where it takes its FLOPs / RATE seconds: it advances the clock and counts
+    its calls."""
+
+    def __init__(self, call, rate: float, now: list, calls: list):
+        self.overloadpacket, self.call, self.rate, self.now, self.calls = call.op.overloadpacket, call, rate, now, calls
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append(self.call)
+        self.now[0] += self.call.flops() / self.rate
+
+
 @pytest.mark.quick
 def test_the_floor_counts_ns5s_flops_as_by_hand_and_sums_each_product_per_step(monkeypatch):
-    """measure_floors on a device whose batched product takes FLOPs / RATE: the FLOPs are the hand count, the floor
-    is the sum over products of per_step x one product's time (so its rate is RATE), and each distinct product is
-    timed once for all the optimizers that declare it."""
+    """The products a Muon step dispatches, recorded as it ran them (their ops, shapes and strides: X X^T's second
+    operand a transposed view), are NS5's hand count; measure_floors on a device where a product takes FLOPs / RATE
+    makes the floor the sum over products of its count per step x one call's time (so its rate is RATE), and times
+    each distinct product once for all the optimizers that ran it."""
+    recorded = recorded_muon_products()
+    assert sum(count * call.flops() for call, count in recorded.items()) == HAND_COUNT
+    assert any(operand.stride[-2] == 1 and operand.shape[-1] > 1 for call in recorded for operand in call.args
+               if isinstance(operand, optimizer_step.Operand))  # (a transposed view, kept as one)
     rate, now, calls = 1e9, [0.0], []
-
-    def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        calls.append((*a.shape, b.shape[2]))
-        now[0] += 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] / rate  # seconds on the pretend device
-        return a.new_empty(a.shape[0], a.shape[1], b.shape[2])
-
-    monkeypatch.setattr(torch, "bmm", bmm)
+    pretend = {call._replace(op=PretendProduct(call, rate, now, calls)): count for call, count in recorded.items()}
+    halved = {call: count / 2 for call, count in pretend.items()}
     monkeypatch.setattr(optimizer_step.Clock, "mark", lambda self: now[0])
-    products = ns5_products(SHAPES, 5, torch.float32)
-    assert len(products) == 6  # two shape groups (32 x 48, and the 32 x 96 pair as a batch of 2), 3 products each
-    halved = [p._replace(per_step=p.per_step / 2) for p in products]
-    floors = measure_floors({"ns5": products, "twice": products + products, "halved": halved}, torch.device("cpu"),
-                            repeats=3, warmup=2)
+    floors = measure_floors({"ns5": pretend, "twice": {c: 2 * n for c, n in pretend.items()}, "halved": halved},
+                            torch.device("cpu"), repeats=3, warmup=2)
     assert floors["ns5"].flops == HAND_COUNT
     assert floors["ns5"].ms == pytest.approx(1e3 * HAND_COUNT / rate, rel=1e-9)
     assert floors["ns5"].rate == pytest.approx(rate, rel=1e-9)
     assert floors["twice"].flops == 2 * HAND_COUNT and floors["twice"].ms == pytest.approx(2 * floors["ns5"].ms)
     assert floors["halved"].flops == HAND_COUNT / 2 and floors["halved"].ms == pytest.approx(floors["ns5"].ms / 2)
-    assert len(calls) == 6 * (2 + 3)  # each distinct product: warm-up + repeats, once for the three lists
+    assert len(calls) == len(recorded) * (2 + 3)  # each distinct product: warm-up + repeats, once for the three
 
 
 @pytest.mark.quick
 def test_the_floor_on_this_cpu_times_real_products():
     """Without pretending: a positive time for each product, the FLOPs the hand count, the rate FLOPs / floor."""
-    floor = measure_floors({"ns5": ns5_products(SHAPES, 5, torch.float32)}, torch.device("cpu"), repeats=2)["ns5"]
+    floor = measure_floors({"ns5": recorded_muon_products()}, torch.device("cpu"), repeats=2)["ns5"]
     assert floor.flops == HAND_COUNT and floor.ms > 0
     assert floor.rate == pytest.approx(floor.flops / (floor.ms / 1e3))
 
 
-@pytest.mark.quick
 def test_the_owner_plan_of_three_matrices_by_hand():
     """48 x 32 (1,310,720 FLOPs) and two 32 x 96 (2,293,760 each) over 2 ranks: the costliest first, each to the
     least-loaded rank: 32 x 96 -> 0, 32 x 96 -> 1, 48 x 32 -> 0. Under DDP the busiest receives the other's
@@ -187,25 +209,10 @@ def test_gpu_benchmark_smoke_run_prints_the_floor_rows():
 # ----------------------------------------------------------------------------- declared products = what a step runs
 
 
-def in_place_product(self_shape, a_shape, b_shape, out_shape=None, **kwargs) -> int:
-    """baddbmm_ and addmm_, which torch's FLOP counter has no entry for: the product's 2 x rows x inner x cols."""
-    return 2 * torch.Size(a_shape).numel() * b_shape[-1]
-
-
-def triangular_solve(a_shape, b_shape, out_shape=None, **kwargs) -> int:
-    """A triangular solve, counted as a product of its size (twice its own FLOPs), as the declared lists count it."""
-    return 2 * torch.Size(b_shape).numel() * a_shape[-1]
-
-
-PRODUCT_COUNTS = {torch.ops.aten.baddbmm_: in_place_product, torch.ops.aten.addmm_: in_place_product,
-                  torch.ops.aten.linalg_solve_triangular: triangular_solve}
-
-
-def step_flops(optimizer: torch.optim.Optimizer, step) -> float:
-    """The matrix products' FLOPs torch's counter sees while step() runs (PRODUCT_COUNTS beside its own)."""
-    with FlopCounterMode(display=False, custom_mapping=PRODUCT_COUNTS) as counter:
-        step()
-    return counter.get_total_flops()
+def step_flops(optimizer: torch.optim.Optimizer, run) -> float:
+    """The matrix products' FLOPs the optimizer's steps dispatch while run() runs, per step, as the floor counts them
+    (bench.optimizer_step.recorded_products)."""
+    return sum(count * call.flops() for call, count in recorded_products(optimizer, run).items())
 
 
 # The settings that make each periodic part of a step run at every step, so that one step's products are the
@@ -217,10 +224,11 @@ LOOP = {"schedule-free-adamw": dict(lr_schedule="constant", warmup_iters=0)}  # 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_each_optimizers_declared_products_are_the_products_its_step_runs(name):
-    """products() is what bench.optimizer_step times as a step's floor: for every registry optimizer that declares
-    it (and an element-wise one runs none), the FLOPs of the products a step dispatches (torch's counter: mm, bmm, addmm, baddbmm, in place too, and
-    the triangular solves at a product's count) equal the declared ones, at the step after the first (which only
-    starts some optimizers' statistics), on a tiny GPT with its four block shapes, tall, square and wide."""
+    """products(), the declared work that bench.memory's plans and the docs count, is what a step runs: for every
+    registry optimizer that declares it (and an element-wise one runs none), the FLOPs of the products a step
+    dispatches as the floor records them (mm, bmm, addmm, baddbmm, in place too, and the triangular solves at a
+    product's count) equal the declared ones, at the step after the first (which only starts some optimizers'
+    statistics), on a tiny GPT with its four block shapes, tall, square and wide."""
     from test_optim import TINY, tiny_config
 
     fields = {f.name for f in dataclasses.fields(OPTIMIZERS[name].hyperparameters)}
