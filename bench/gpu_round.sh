@@ -20,8 +20,8 @@
 #   matrix   whole training steps of the matrix optimizers beside AdamW's (bench.gpu's rows and its floor table:
 #            step / floor, the whole step against AdamW's): GPT-2 small and llama-124m with Muon, Moonlight, MARS-M,
 #            SOAP, Kron and Scion, then llama-720m with the first four (about 17 s a row on the H200; RUN_S caps each)
-#   new      the same rows of the 2026 optimizers (NorMuon, AdaMuon, MuonClip, Dion, Shampoo, AdamH, MuonH) on
-#            GPT-2 small
+#   new      the same rows of the 2026 optimizers (NorMuon, AdaMuon, MuonClip, Dion, Dion2, NorDion2, SOAP-Muon,
+#            Shampoo, AdamH, MuonH) on GPT-2 small
 #   async    train.py on GPT-2 small, FSDP on one GPU, a checkpoint every 10 steps: how long a save holds
 #            training up, synchronous against asynchronous (its log lines)
 #   official MARS-AdamW against its authors' fused implementation (bench.official_mars on the official
@@ -96,7 +96,7 @@ for stage in "$@"; do
             [ "$(left)" -gt $need ] || { echo "skipped: $model (time)" | tee -a "$OUT/floor.txt"; continue; }
             run_s=$(( $(left) - 10 < ${FLOOR_S:-180} ? $(left) - 10 : ${FLOOR_S:-180} ))
             timeout "$run_s" python3 -m bench.optimizer_step --model $model --repeats 20 \
-                --optimizers adamw-fused,muon,moonlight,mars-m,soap,kron,scion,normuon,adamuon,muonclip,dion,shampoo,adamh,muonh \
+                --optimizers adamw-fused,muon,moonlight,mars-m,soap,kron,scion,normuon,adamuon,muonclip,dion,dion2,nordion2,soap-muon,shampoo,adamh,muonh \
                 2>>"$OUT/floor.err" | tee -a "$OUT/floor.txt"
         done ;;
     graphs)
@@ -112,7 +112,7 @@ for stage in "$@"; do
                      "--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
         matrix) runs=("--models small,llama-124m --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap,kron,scion"
                       "--models llama-720m --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap") ;;
-        new) runs=("--models small --memory-only '' --optimizers adamw,normuon,adamuon,muonclip,dion,shampoo,adamh,muonh") ;;
+        new) runs=("--models small --memory-only '' --optimizers adamw,normuon,adamuon,muonclip,dion,dion2,nordion2,soap-muon,shampoo,adamh,muonh") ;;
         esac
         for run in "${runs[@]}"; do
             [ "$(left)" -gt 120 ] || { echo "skipped: $run (time)" | tee -a "$OUT/$stage.txt"; continue; }
