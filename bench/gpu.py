@@ -30,8 +30,8 @@ torch.compile's mode, to measure the alternatives.
 
 After the table: the matrix optimizers' timed rows against their floor (Muon, Moonlight, MARS-M, Scion,
 SOAP, Kron: whatever declares optim.contract.MatrixProducts): the optimizer step inside the training step,
-the FLOPs of the matrix products its steps dispatch (recorded over as many steps again, uncompiled: its own ops
-and layouts), the device's rate on those products and their time (the floor), each product timed alone as the
+the FLOPs of the matrix products its steps dispatch (recorded over as many optimizer steps again, alone on random
+gradients, uncompiled: its own ops and layouts), the device's rate on those products and their time (the floor), each product timed alone as the
 step ran it, after the rows (bench.optimizer_step.measure_floors, the same function as bench.optimizer_step's
 floor rows), step / floor, and the whole training step against AdamW's on the same
 model. Then torch's fused AdamW against MARS-AdamW, the optimizer step alone on GPT-2-small
@@ -69,7 +69,7 @@ from bench import print_header
 from bench.memory import allocated_prediction
 from bench.optimizer_step import (
     FLOOR_COLUMNS, SMOKE_MODEL, Clock, PeakMemory, floor_cells, make_optimizers, matrix_products, measure_floors,
-    recorded_products,
+    recorded_products, steps_on_random_gradients,
 )
 from bench.recipes import VARIANTS, paper_config_args
 from config import CHOICES, TrainConfig, read_config_file
@@ -282,11 +282,8 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
         flops = train.peak_flops(cfg, rt.device)
         passes = cfg.hyperparameters.gradients_per_step()
         row.mfu = raw_model.estimate_mfu(row.tokens_per_s / rt.world_size, flops, passes) if flops else None
-        if row.products:  # the products its steps dispatch, over as many steps again, uncompiled (their floor)
-            first = warmup + steps
-            row.recorded = recorded_products(optimizer, lambda: [step(i) for i in range(first, first + steps)])
         if profile_steps:
-            first = warmup + 2 * steps if row.products else warmup + steps
+            first = warmup + steps
             with device_profile(rt.device) as profiler:
                 start = clock.mark()
                 for i in range(first, first + profile_steps):
@@ -297,6 +294,8 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
                                                              clock.ms(start, end), rt.device)
             if trace:
                 profiler.export_chrome_trace(trace)
+        if row.products:  # the products its steps dispatch (their floor), over as many steps alone, uncompiled
+            row.recorded = recorded_products(optimizer, lambda: steps_on_random_gradients(optimizer, params, steps))
     finally:  # free the state now, even if a traceback keeps this frame alive (bench_model collects)
         optimizer.zero_grad(set_to_none=True)
         optimizer.state.clear()
