@@ -122,13 +122,10 @@ class Dion2(Muon):
         momenta = [self._momentum_buffer(p) for p in params]
         torch._foreach_add_(local(momenta), local([p.grad for p in params]))
         orthogonal = local(selected_orthogonalized(momenta, group))
-        rows_only = group["normalized"]
-        # each rank's rows of S: the nonzero slices of O (a (rows, 1) or (1, cols) mask)
-        selected = [o.abs().sum(dim=1 - selection(p.shape, rows_only), keepdim=True) > 0
-                    for o, p in zip(orthogonal, params)]
-        decay = torch.tensor(group["momentum"], dtype=orthogonal[0].dtype, device=orthogonal[0].device)
-        one = torch.ones_like(decay)
-        torch._foreach_mul_(local(momenta), [torch.where(s, decay, one) for s in selected])
+        selected = selected_slices(orthogonal, params, group["normalized"])
+        factors = torch._foreach_mul(selected, -(1.0 - group["momentum"]))  # M[S] <- mu M[S]: 1 - (1 - mu) [S]
+        torch._foreach_add_(factors, 1.0)
+        torch._foreach_mul_(local(momenta), factors)
         if group["normalized"]:
             orthogonal = self._row_normalized(params, orthogonal, selected, group["beta2"])
         torch._foreach_mul_(orthogonal, [math.sqrt(p.shape[0] / p.shape[1]) for p in params])
@@ -139,9 +136,10 @@ class Dion2(Muon):
         """NorDion2: the selected rows' second moments updated (the others kept), O divided row by row by their
         square roots and rescaled to its Frobenius norm (both norms whole under FSDP2: one all-reduce)."""
         second_moments = local([self._second_moment(p) for p in params])
-        updated = torch._foreach_lerp(second_moments, row_mean_squares(orthogonal), 1.0 - beta2)
-        torch._foreach_copy_(second_moments, [torch.where(s, new, old)
-                                              for s, new, old in zip(selected, updated, second_moments)])
+        moved = torch._foreach_lerp(second_moments, row_mean_squares(orthogonal), 1.0 - beta2)
+        torch._foreach_sub_(moved, second_moments)
+        torch._foreach_mul_(moved, selected)  # (the selected rows' move only)
+        torch._foreach_add_(second_moments, moved)
         step_sizes = torch._foreach_sqrt(second_moments)
         torch._foreach_add_(step_sizes, NORDION2_EPS)
         normalised = torch._foreach_div(orthogonal, step_sizes)
@@ -156,6 +154,20 @@ class Dion2(Muon):
         if "second_momentum_buffer" not in state:
             state["second_momentum_buffer"] = row_zeros_like(p)
         return state["second_momentum_buffer"]
+
+
+def selected_slices(orthogonal: list[torch.Tensor], params: list[torch.Tensor], rows_only: bool) -> list[torch.Tensor]:
+    """Each matrix's selected slices among this rank's rows: 1 where a row (a (rows, 1) column) or a column (a
+    (1, cols) row) of O is nonzero, else 0, in O's dtype; one reduction per shape for all its matrices."""
+    masks: list[torch.Tensor] = [None] * len(orthogonal)
+    same: dict[tuple, list[int]] = {}
+    for i, (o, p) in enumerate(zip(orthogonal, params)):
+        same.setdefault((tuple(o.shape), selection(p.shape, rows_only)), []).append(i)
+    for (_, dim), members in same.items():
+        found = torch.stack([orthogonal[i] for i in members]).abs_().sum(dim=2 - dim, keepdim=True) > 0
+        for i, mask in zip(members, found.to(orthogonal[0].dtype).unbind()):
+            masks[i] = mask
+    return masks
 
 
 def selected_orthogonalized(momenta: list[torch.Tensor], group: dict) -> list[torch.Tensor]:
