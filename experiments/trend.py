@@ -49,6 +49,8 @@ class Point(NamedTuple):
 
 
 MINI_TOKENS = 256 * 4096  # config/mini.py: max_iters x total_batch_size
+# (a scale point's speedups.csv is its report's, out/scale/<point>/tuned/report/speedups.csv, which
+# scripts/scale_mini.sh's budget ladder writes there, committed under results/scale/<point>/)
 POINTS = (
     Point("the mini", "results/tune/speedups.csv", non_embedding_parameters(4, 96), MINI_TOKENS),
     Point("4x the tokens", "results/scale/tokens4x/speedups.csv", non_embedding_parameters(4, 96), 4 * MINI_TOKENS),
