@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -194,7 +195,7 @@ ATEN = torch.ops.aten
 # accumulating form's first argument is the addend); a triangular solve counts as a product of its size (twice its
 # own FLOPs), as the declared lists count it (optim/kron.py, optim/dion.py).
 PRODUCT_OPERANDS = {ATEN.mm: 0, ATEN.bmm: 0, ATEN.addmm: 1, ATEN.addmm_: 1, ATEN.baddbmm: 1, ATEN.baddbmm_: 1,
-                    ATEN.linalg_solve_triangular: 0}
+                    ATEN.mv: 0, ATEN.addmv: 1, ATEN.addmv_: 1, ATEN.dot: 0, ATEN.linalg_solve_triangular: 0}
 
 
 class Operand(NamedTuple):
@@ -216,7 +217,7 @@ class ProductCall(NamedTuple):
         a, b = self.args[first], self.args[first + 1]
         if self.op.overloadpacket is ATEN.linalg_solve_triangular:  # (A X = B or X A = B: n^2 per column of B)
             return 2.0 * math.prod(b.shape) * a.shape[-1]
-        return 2.0 * math.prod(a.shape) * b.shape[-1]
+        return 2.0 * math.prod(a.shape) * (b.shape[-1] if len(b.shape) > 1 else 1)  # (mv, dot: b a vector)
 
     def operands(self, device: torch.device) -> tuple[tuple, dict]:
         """Arguments to run it with: random tensors of its operands' shapes, strides and dtypes."""
@@ -229,15 +230,20 @@ class ProductCall(NamedTuple):
 
 
 class RecordedProducts(TorchDispatchMode):
-    """Every matrix product (PRODUCT_OPERANDS) dispatched while active, counted by ProductCall."""
+    """Every matrix product (PRODUCT_OPERANDS) dispatched while active, counted by ProductCall; one on DTensors
+    (whose shapes are the whole tensors', and whose per-rank products this mode does not see) is kept apart, in
+    unrecordable."""
 
     def __init__(self):
         super().__init__()
         self.calls: collections.Counter[ProductCall] = collections.Counter()
+        self.unrecordable: set[str] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func.overloadpacket in PRODUCT_OPERANDS:
+        if func.overloadpacket in PRODUCT_OPERANDS and any(isinstance(t, DTensor) for t in (*args, *kwargs.values())):
+            self.unrecordable.add(str(func))
+        elif func.overloadpacket in PRODUCT_OPERANDS:
             def described(x):
                 return Operand(tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else x
             self.calls[ProductCall(func, tuple(map(described, args)),
@@ -270,6 +276,11 @@ def recorded_products(optimizer: Optimizer, run: Callable[[], None]) -> dict[Pro
             del optimizer.step
         else:
             optimizer.step = own
+    if not steps:
+        raise RuntimeError("recorded_products: run() took no step of the optimizer")
+    if recorder.unrecordable:  # (their floor would be the whole tensors' on every rank)
+        raise RuntimeError(f"recorded_products: {type(optimizer).__name__}'s step multiplies DTensors "
+                           f"({', '.join(sorted(recorder.unrecordable))}), whose per-rank products cannot be recorded")
     return {call: count / steps for call, count in recorder.calls.items()}
 
 
@@ -302,19 +313,22 @@ def measure_floors(products: dict[str, dict[ProductCall, float]], device: torch.
     recorded_products): the sum over its products of count x the time of that product alone, measured here and now.
     Each distinct product is timed once for all as the step ran it: its op (mm, bmm, baddbmm, in place or not, a
     triangular solve) on random tensors of its operands' shapes, strides (a transposed view stays one) and dtypes,
-    `warmup` calls (the BLAS's choice of kernel, the clocks), then `repeats` back to back between marks (on CUDA
-    events, so the device's own time: the host runs ahead and no launch gap falls inside a mark), their median."""
+    `warmup` calls (the BLAS's choice of kernel, the clocks), then `repeats` back to back between two marks, their
+    mean (on CUDA events, the device's own time; the device held busy while the host queues them, so that no
+    launch gap falls between two short products)."""
     clock, ms = Clock(device), {}
     for call in dict.fromkeys(call for calls in products.values() for call in calls):
         args, kwargs = call.operands(device)
         for _ in range(warmup):
             call.op(*args, **kwargs)
-        marks = [clock.mark()]
+        if device.type == "cuda":
+            torch.cuda._sleep(20_000_000)  # (about 10 ms of the device's clock: the host runs ahead meanwhile)
+        start = clock.mark()
         for _ in range(repeats):
             call.op(*args, **kwargs)
-            marks.append(clock.mark())
+        end = clock.mark()
         clock.synchronize()
-        ms[call] = statistics.median(clock.ms(start, end) for start, end in zip(marks, marks[1:]))
+        ms[call] = clock.ms(start, end) / repeats
         del args, kwargs  # (one product's operands at a time: an XL embedding's product takes 0.3 GB in bf16)
     return {name: Floor(sum(count * call.flops() for call, count in calls.items()),
                         sum(count * ms[call] for call, count in calls.items()))

@@ -66,14 +66,26 @@ WEN_ET_AL = "Wen et al. (arXiv 2509.02046): the matrix optimizers over a tuned A
 DRAWS = 20000
 
 
-def read_point(path: str) -> dict[str, tuple[float, float, float]]:
-    """optimizer -> (speedup, low, high) from a speedups.csv (AdamW's own row, the reference, left out); {} if the
-    point has not been measured yet."""
+def read_point(path: str, tokens: int) -> dict[str, tuple[float, float, float]]:
+    """optimizer -> (speedup, low, high) at the point's tokens from a speedups.csv (AdamW's own row, the reference,
+    left out; a bound past AdamW's ladder is 0 or inf, as experiments.report writes it); {} if the point has not been
+    measured yet."""
     if not os.path.exists(path):
         return {}
+    found = {}
     with open(path, newline="") as f:
-        return {row["optimizer"]: (float(row["speedup"]), float(row["low"]), float(row["high"]))
-                for row in csv.DictReader(f) if row["low"] and row["high"]}
+        for row in csv.DictReader(f):
+            if row["low"] and row["high"] and int(float(row["tokens"])) == tokens:
+                if row["optimizer"] in found:
+                    raise InputError(f"{path}: {row['optimizer']} twice at {tokens} tokens")
+                found[row["optimizer"]] = (float(row["speedup"]), float(row["low"]), float(row["high"]))
+    return found
+
+
+def bounded(value: tuple[float, float, float]) -> bool:
+    """Whether a speedup's interval lies inside AdamW's ladder at both ends (a projection needs both)."""
+    s, low, high = value
+    return 0 < low <= s <= high < math.inf
 
 
 def log_spread(low: float, high: float) -> float:
@@ -107,13 +119,14 @@ def speedup_text(value: tuple[float, float, float] | None) -> str:
     if value is None:
         return "not yet measured"
     s, low, high = value
-    return f"{s:.2f}x ({low:.2f} to {high:.2f})"
+    ends = [f"{low:.2f}" if low > 0 else "past the ladder", f"{high:.2f}" if high < math.inf else "past the ladder"]
+    return f"{s:.2f}x ({ends[0]} to {ends[1]})"
 
 
 def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
     """The Markdown table: a row per optimizer measured at the mini, its speedup at each point, the field's, and the
     projection for GPT-2 small at at_ratio tokens per parameter where all three points are measured."""
-    measured = [read_point(os.path.join(repo, point.speedups)) for point in POINTS]
+    measured = [read_point(os.path.join(repo, point.speedups), point.tokens) for point in POINTS]
     if not measured[0]:
         raise InputError(f"{POINTS[0].speedups}: no speedups at the mini; run experiments.report on the tuning first")
     header = ["optimizer", *(f"{p.name} ({p.parameters / 1e6:.2f}M, {p.tokens / p.parameters:.1f} tokens per "
@@ -124,7 +137,9 @@ def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
         cells = [point.get(optimizer) for point in measured]
         field = f"{FIELD[optimizer][1]:.2f}x" if optimizer in FIELD else ""
         projection = "needs all three points"
-        if all(cells):
+        if all(cells) and not all(map(bounded, cells)):
+            projection = "an interval past AdamW's ladder"
+        elif all(cells):
             s, low, high = projected(cells, GPT2_SMALL, at_ratio)
             projection = f"{s:.2f}x ({low:.2f} to {high:.2f})"
         lines.append("| " + " | ".join([optimizer, *map(speedup_text, cells), field, projection]) + " |")

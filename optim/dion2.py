@@ -21,13 +21,15 @@ The other parameters take AdamW as Dion's do (optim/dion.py: the embeddings and 
 rate, undecayed, betas 0.9/0.95, eps dion_eps; our 1-D parameters with them).
 
 Sharding: the selection needs the whole matrix (its columns' norms sum over rows), so each matrix's M goes whole
-to one owner rank (sharding.on_owner_ranks, as Muon's Newton-Schulz does), which selects, orthogonalises the
-submatrix and returns O at full size, zero off S: the authors' selection_scope="global". Every rank then finds S
+to one owner rank (sharding.on_owner_ranks, as Muon's Newton-Schulz does), which selects as one device does,
+orthogonalises the submatrix and returns O at full size, zero off S (as the authors' selection_scope="global" returns
+it; theirs selects rows of every row-sharded matrix, a tall one's too). Every rank then finds S
 in its rows of O as the nonzero slices (their dion2_post_orthogonalize_masked; a slice of O is zero only where
 that slice of M[S] is, which the decay leaves unchanged) and does the rest on its rows: the same numbers as one
-process at any world size. The selection is made in the dtype M travels in (Newton-Schulz's: bf16 on CUDA), on
-one process too, so that it does not depend on the world size. The authors' FSDP default, "local" (each rank's
-top-k of its own rows, rows even of a tall matrix), does: a declared difference (docs/optimizers.md).
+process at any world size. The selection is made on M as it travels (Newton-Schulz's dtype: bf16 on CUDA), its norms
+summed in float32, on one process too, so that it does not depend on the world size. The authors' FSDP default, "local" (each rank's
+top-k of its own rows, rows even of a tall matrix), does, and so does their "global" (rows of a tall matrix): a declared
+difference (docs/optimizers.md).
 """
 
 from __future__ import annotations
@@ -136,10 +138,8 @@ class Dion2(Muon):
         """NorDion2: the selected rows' second moments updated (the others kept), O divided row by row by their
         square roots and rescaled to its Frobenius norm (both norms whole under FSDP2: one all-reduce)."""
         second_moments = local([self._second_moment(p) for p in params])
-        moved = torch._foreach_lerp(second_moments, row_mean_squares(orthogonal), 1.0 - beta2)
-        torch._foreach_sub_(moved, second_moments)
-        torch._foreach_mul_(moved, selected)  # (the selected rows' move only)
-        torch._foreach_add_(second_moments, moved)
+        # lerp(v, mean square, 1 - beta2) on the selected rows, a lerp by 0 (v itself) on the others
+        torch._foreach_lerp_(second_moments, row_mean_squares(orthogonal), torch._foreach_mul(selected, 1.0 - beta2))
         step_sizes = torch._foreach_sqrt(second_moments)
         torch._foreach_add_(step_sizes, NORDION2_EPS)
         normalised = torch._foreach_div(orthogonal, step_sizes)
@@ -184,7 +184,8 @@ def selected_orthogonalized(momenta: list[torch.Tensor], group: dict) -> list[to
         for shape, members in same_shape.items():
             M = torch.stack([wholes[i][0] for i in members]).to(dtype)  # (B, m, n)
             dim = 1 + selection(shape, rows_only)
-            norms = torch.linalg.vector_norm(M, ord=1, dim=3 - dim)  # (B, s): each slice's L1 norm
+            # (B, s): each slice's L1 norm, accumulated in float32 (a bf16 sum would tie hundreds of rows)
+            norms = torch.linalg.vector_norm(M, ord=1, dim=3 - dim, dtype=torch.promote_types(M.dtype, torch.float32))
             top = norms.topk(selected_count(shape, rows_only, fraction), dim=-1, sorted=False).indices
             index = top.unsqueeze(-1).expand(-1, -1, shape[1]) if dim == 1 else top.unsqueeze(1).expand(-1, shape[0], -1)
             O = newton_schulz5_batched(list(M.gather(dim, index).unbind()), group["ns_steps"], group["epsilon"],

@@ -102,12 +102,18 @@ class SOAPMuon(Muon):
         gathered = gather_whole([t for p, u in zip(params, directions) for t in (u, p.grad, self.state[p]["exp_avg_sq"])])
         whole = {p: gathered[3 * i: 3 * i + 3] for i, p in enumerate(params)}
         preconditioned = {}
-        for stack in stacks(params, lambda p: (tuple(p.shape), p.dtype, "Q" in self.state[p]), lambda p: p.numel()):
+        for stack in stacks(params, self._stack_key, lambda p: p.numel()):
             preconditioned.update(zip(stack, self._preconditioned(stack, [whole[p] for p in stack], group)))
         directions = with_local_blocks(directions, [preconditioned[p][local_rows(p)] for p in params])
         updates = orthogonalized(params, directions, group)
         torch._foreach_mul_(updates, [muon_scale(*p.shape) for p in params])
         decoupled_step_(local(params), local(updates), group["lr"], group["weight_decay"])
+
+    def _stack_key(self, p: torch.Tensor) -> tuple:
+        """What the matrices of one stack share: shape, dtype, and where they are in the schedule (a matrix that
+        missed a step, with no gradient, refreshes its bases on its own count)."""
+        state = self.state[p]
+        return tuple(p.shape), p.dtype, "Q" in state, state.get("soap_step")
 
     def _start_state(self, p: torch.Tensor) -> None:
         state = self.state[p]

@@ -37,7 +37,7 @@ def test_the_projection_is_the_law_through_the_three_points(tmp_path):
         s = planted(3.0, -0.2, -0.1, point)
         write_point(tmp_path, point, {"Muon": (s, s / 1.1, s * 1.1), "Kron": (2.0, 1.5, 2.5)})
     expected = planted(3.0, -0.2, -0.1, trend.Point("", "", trend.GPT2_SMALL, 20 * trend.GPT2_SMALL))
-    cells = [trend.read_point(str(tmp_path / p.speedups))["Muon"] for p in trend.POINTS]
+    cells = [trend.read_point(str(tmp_path / p.speedups), p.tokens)["Muon"] for p in trend.POINTS]
     centre, low, high = trend.projected(cells, trend.GPT2_SMALL, 20.0)
     assert centre == pytest.approx(expected, rel=1e-9) and low < centre < high
     assert math.log(high / low) > 3 * math.log(1.1 * 1.1)  # (extrapolated over 190x: far wider than a point's)
@@ -51,4 +51,21 @@ def test_the_projection_is_the_law_through_the_three_points(tmp_path):
 
 def test_no_mini_speedups_is_named(tmp_path):
     with pytest.raises(InputError, match="results/tune/speedups.csv"):
+        trend.trend_table(str(tmp_path))
+
+
+def test_an_interval_past_adamws_ladder_is_said_not_projected(tmp_path):
+    """experiments.report writes a bound past AdamW's ladder as 0 or inf: the table says so, and projects nothing
+    from it; the same optimizer twice at a point's tokens is refused by name."""
+    for point in trend.POINTS:
+        write_point(tmp_path, point, {"Muon": (2.2, 1.9, float("inf")), "Lion": (0.5, 0.0, 0.6)})
+    table = trend.trend_table(str(tmp_path))
+    muon = next(line for line in table.splitlines() if line.startswith("| Muon "))
+    lion = next(line for line in table.splitlines() if line.startswith("| Lion "))
+    assert "2.20x (1.90 to past the ladder)" in muon and "an interval past AdamW's ladder" in muon
+    assert "0.50x (past the ladder to 0.60)" in lion
+    write_point(tmp_path, trend.POINTS[0], {"Muon": (2.2, 1.9, 2.5)})
+    with open(tmp_path / trend.POINTS[0].speedups, "a") as f:
+        f.write(f"Muon,,{trend.POINTS[0].tokens},3,2.0,0.01,2.3,2.0,2.6\n")
+    with pytest.raises(InputError, match="Muon twice"):
         trend.trend_table(str(tmp_path))
