@@ -5,11 +5,14 @@ weight decay, the warmup and the recipe's own keys, never more runs than AdamW's
 tuned point; the 0.5x/2x sensitivity), then its speedup on the tuned AdamW's budget ladder.
 
     python -m experiments.compare muon                  # a registry optimizer (its mini recipe)
+    python -m experiments.compare muon --muon_eq=True --muon_plus=True    # a variant of it: its settings on top
     python -m experiments.compare torch.optim:Muon --external_params=matrices --learning_rate=0.02
     python -m experiments.compare mypackage.optim:MyAdam --learning_rate=1e-3 --llama    # the mini Llama
 
 The name is a mini recipe (config.cells), a registry optimizer (its first mini recipe) or package.module:Name
-(optim/external.py), whose train.py settings after it are its starting point (its learning rate first). The tuned
+(optim/external.py). For a mini recipe the train.py settings after it make a variant of it, searched as the recipe
+is (a key its search tunes is refused: its start is the recipe's), named <recipe>+<key>_<value>...; for an external
+optimizer they are its starting point (its learning rate first). The tuned
 AdamW is the committed one (results/tune/runs.tar.xz, or results/tune_llama's with --llama): its runs are unpacked
 into the folder and read, never rerun. Before any run the command prints how many runs the protocol takes and
 about how many core-hours; a progress bar follows the runs; a rerun resumes (finished runs are read, stopped ones
@@ -46,24 +49,31 @@ TESTBEDS = {  # the tuned AdamW of each testbed: the archive of its tuning, the 
 
 
 def recipe_for(name: str, settings: list[str]) -> tuple[str, "MiniRecipe"]:
-    """The recipe to tune: a mini recipe, a registry optimizer's first, or an optimizer from outside the project
-    with the settings given (its own keys tuned: the warmup, beside the learning rate and weight decay)."""
+    """The recipe to tune: a mini recipe or a registry optimizer's first, with the settings given on top (a variant
+    of it: nanochat's Muon, weight averaging, ...; never a key its search tunes), or an optimizer from outside the
+    project with the settings given (its own keys tuned: the warmup, beside the learning rate and weight decay)."""
     from config.cells import MINI_RECIPES, MiniRecipe, mini_recipes
     from optim.external import is_import_path
 
     recipes = mini_recipes()
+    bad = [s for s in settings if not (s.startswith("--") and "=" in s)]
+    if bad:
+        raise InputError(f"cannot read {bad[0]!r}: settings are written --key=value")
     if name in recipes or name in MINI_RECIPES:
-        if settings:
-            raise InputError(f"{name} is tuned from its mini recipe (config/mini_*.py): leave out {settings[0]}, or "
-                             "tune it as --optimizer settings of an external optimizer")
         recipe = name if name in recipes else next(iter(MINI_RECIPES[name]))
-        return recipe, recipes[recipe]
+        if not settings:
+            return recipe, recipes[recipe]
+        searched = {"learning_rate", "weight_decay", *recipes[recipe].tune}  # (tune.default_keys)
+        tuned = [s for s in settings if s[2:].split("=")[0] in searched]
+        if tuned:
+            raise InputError(f"{name} is tuned from its mini recipe (config/mini_*.py): leave out {tuned[0]}, a key "
+                             "its search tunes")
+        variant = "+".join([recipe, *(re.sub(r"\W+", "_", s[2:]) for s in settings)])
+        base = recipes[recipe]
+        return variant, MiniRecipe(" ".join([base.args, *settings]), base.learning_rates, base.tune)
     if not is_import_path(name):
         raise InputError(f"no mini recipe or registry optimizer {name!r}, and not package.module:Name; the recipes "
                          f"are {', '.join(recipes)}")
-    bad = [s for s in settings if not (s.startswith("--") and "=" in s)]
-    if bad:
-        raise InputError(f"cannot read {bad[0]!r}: an external optimizer's settings are written --key=value")
     return re.sub(r"\W+", "_", name).strip("_"), MiniRecipe(" ".join([f"--optimizer={name}", *settings]), (),
                                                             ("warmup_iters",))
 

@@ -2,6 +2,7 @@
 (the estimate printed before any run), and the row it prints, on the committed runs themselves (a recipe whose tuned
 point is the tuned AdamW's own runs must come out at 1x, p = 1)."""
 
+import dataclasses
 import os
 import subprocess
 
@@ -22,6 +23,13 @@ def test_the_recipe_for_a_name():
     assert recipe.tune == ("warmup_iters",)
     with pytest.raises(InputError, match="tuned from its mini recipe"):
         compare.recipe_for("muon", ["--learning_rate=1"])
+    with pytest.raises(InputError, match="leave out --muon_momentum=0.9, a key its search tunes"):
+        compare.recipe_for("muon", ["--muon_momentum=0.9"])
+    # a variant of a registry recipe: its settings on top of the recipe, searched as the recipe is
+    name, recipe = compare.recipe_for("muon", ["--muon_eq=True", "--cautious_weight_decay=True"])
+    muon = compare.recipe_for("muon", [])[1]
+    assert name == "muon+muon_eq_True+cautious_weight_decay_True"
+    assert recipe == dataclasses.replace(muon, args=muon.args + " --muon_eq=True --cautious_weight_decay=True")
     with pytest.raises(InputError, match="no mini recipe or registry optimizer 'muonn'"):
         compare.recipe_for("muonn", [])
 
