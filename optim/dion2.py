@@ -177,10 +177,10 @@ def selected_orthogonalized(momenta: list[torch.Tensor], group: dict) -> list[to
     dtype = ns5_dtype(momenta[0].device)
 
     def select_and_orthogonalize(indices: list[int], wholes: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
-        results: list[list[torch.Tensor]] = [None] * len(wholes)
         same_shape: dict[tuple[int, ...], list[int]] = {}
         for i, (whole,) in enumerate(wholes):
             same_shape.setdefault(tuple(whole.shape), []).append(i)
+        selections = []  # per shape: its members, their stack M, the selected dimension and the index of S in it
         for shape, members in same_shape.items():
             M = torch.stack([wholes[i][0] for i in members]).to(dtype)  # (B, m, n)
             dim = 1 + selection(shape, rows_only)
@@ -188,10 +188,16 @@ def selected_orthogonalized(momenta: list[torch.Tensor], group: dict) -> list[to
             norms = torch.linalg.vector_norm(M, ord=1, dim=3 - dim, dtype=torch.promote_types(M.dtype, torch.float32))
             top = norms.topk(selected_count(shape, rows_only, fraction), dim=-1, sorted=False).indices
             index = top.unsqueeze(-1).expand(-1, -1, shape[1]) if dim == 1 else top.unsqueeze(1).expand(-1, shape[0], -1)
-            O = newton_schulz5_batched(list(M.gather(dim, index).unbind()), group["ns_steps"], group["epsilon"],
-                                       group["ns_coefficients"])
-            full = torch.zeros_like(M).scatter_(dim, index, torch.stack(O).to(dtype))
-            for i, o in zip(members, full.unbind()):
+            selections.append((members, M, dim, index))
+        # every submatrix in one call: batched by shape (a tall matrix's k columns with a wide one's k rows), as
+        # products() declares them
+        orthogonal = iter(newton_schulz5_batched([sub for _, M, dim, index in selections
+                                                  for sub in M.gather(dim, index).unbind()],
+                                                 group["ns_steps"], group["epsilon"], group["ns_coefficients"]))
+        results: list[list[torch.Tensor]] = [None] * len(wholes)
+        for members, M, dim, index in selections:
+            O = torch.stack([next(orthogonal) for _ in members]).to(dtype)
+            for i, o in zip(members, torch.zeros_like(M).scatter_(dim, index, O).unbind()):
                 results[i] = [o]
         return results
 
