@@ -532,21 +532,26 @@ def new_2026_table(results: str = RESULTS) -> str:
     """docs/reproducing.md's table of the 2026 optimizers: their learning-rate-only runs (seeds 1-3 at the rate the
     sweep chose, config/mini_<name>.py; MuonClip at Moonlight's tuned recipe) beside the tuned recipes, from results/mini_2026/report.md (experiments.report
     over both: its loss table, Welch tests against the tuned AdamW and speedups over the tuned AdamW's ladder), best
-    first; the tuned AdamW and Muon for scale."""
+    first; the tuned AdamW and Muon for scale; and each one's row tuned by the protocol as it finishes
+    (results/tune/speedups.csv)."""
     path = os.path.join(results, "mini_2026", "report.md")
     welch = welch_against(path, REFERENCE)
     speedups = {r["optimizer"]: r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r}
     loss = mean_losses(path)
     shown = [n for n in speedups if n in NEW_2026 or n in (REFERENCE, "Muon")]
+    tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))  # (each as its tuning finishes)
     lines = ["| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) | "
-             "speedup over the tuned AdamW (95% interval) |", "| --- | --- | --- | --- | --- | --- |"]
+             "speedup over the tuned AdamW (95% interval) | tuned by the protocol, seeds 1-4 | its speedup |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in sorted(shown, key=lambda n: float(speedups[n]["best val loss"])):
         recipe = NEW_2026.get(name)
         rate = learning_rate_text(f"{mini_recipe_config(recipe).learning_rate:g}") if recipe else ""
         test = "" if name == REFERENCE else welch_text(welch[name], p_decimals)
         how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
+        protocol = ("", "") if not recipe else ("not yet", "") if name not in tuned else (
+            loss_text(tuned[name]), speedup_text(tuned[name]["speedup"], tuned[name]["low"], tuned[name]["high"]))
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
-                     f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} |")
+                     f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {' | '.join(protocol)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -579,12 +584,13 @@ FIRST_TUNED = LLAMA_RAN_TUNED
 
 def tuned_baselines_table(results: str = RESULTS) -> str:
     """docs/reproducing.md's table of the benchmarks' baselines tuned as AdamW was: every search of
-    results/tune/tuning.md but the first seven, best tuned loss first, with its runs and core-hours (tuning.md),
+    results/tune/tuning.md but the first seven and the 2026 optimizers', best tuned loss first, with its runs and core-hours (tuning.md),
     its tuned seeds and speedup over the tuned AdamW (results/tune/speedups.csv) and its Welch test against the
     tuned AdamW (results/tune/report.md: its p, and whether the optimizer is ahead or behind)."""
     tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))
     welch = welch_against(os.path.join(results, "tune", "report.md"), REFERENCE)
-    baselines = {name: row for name, row in searches(results).items() if name not in FIRST_TUNED}
+    baselines = {name: row for name, row in searches(results).items()
+                 if name not in FIRST_TUNED and name not in NEW_2026}  # (the 2026 ones: new_2026's table)
     lines = ["| optimizer | search runs | tuned, seeds 1-4 | over the tuned AdamW | Welch p | core-hours |",
              "| --- | --- | --- | --- | --- | --- |"]
     for name in sorted(baselines, key=lambda n: tuned[n]["loss_mean"]):
