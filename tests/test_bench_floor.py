@@ -51,7 +51,9 @@ def recorded_muon_products() -> dict:
                 p.grad = torch.randn_like(p)
             muon.step()
 
-    return recorded_products(muon, run)
+    recorded = recorded_products(muon, run)
+    assert "step" not in vars(muon)  # (the class's step again)
+    return recorded
 
 
 class PretendProduct:
