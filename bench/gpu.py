@@ -31,9 +31,9 @@ torch.compile's mode, to measure the alternatives.
 After the table: the matrix optimizers' timed rows against their floor (Muon, Moonlight, MARS-M, Scion,
 SOAP, Kron: whatever declares optim.contract.MatrixProducts): the optimizer step inside the training step,
 the FLOPs of the matrix products its steps dispatch (recorded over as many optimizer steps again, alone on random
-gradients, uncompiled: its own ops and layouts), the device's rate on those products and their time (the floor), each product timed alone as the
-step ran it, after the rows (bench.optimizer_step.measure_floors, the same function as bench.optimizer_step's
-floor rows), step / floor, and the whole training step against AdamW's on the same
+gradients, uncompiled: its own ops and layouts), the device's rate on those products and their time (the floor),
+each product timed alone as the step ran it, after the rows (bench.optimizer_step.measure_floors, the same function
+as bench.optimizer_step's floor rows), step / floor, and the whole training step against AdamW's on the same
 model. Then torch's fused AdamW against MARS-AdamW, the optimizer step alone on GPT-2-small
 tensors (bench.optimizer_step's optimizers; target <= 1.5x, memory-traffic floor 1.43x), by the
 kernels' own time and by the span between events, and MARS-exact's whole step against AdamW's
@@ -482,8 +482,8 @@ FLOOR_HEADER = ("| optimizer | model | optimizer ms | " + " | ".join(FLOOR_COLUM
 def print_floors(rows: list[Row], device: torch.device, repeats: int, warmup: int, world_size: int) -> None:
     """The timed rows of the matrix optimizers against their floor: the matrix products their steps dispatched on
     this rank, each timed alone on this device as the step ran it, after the rows (bench.optimizer_step.
-    measure_floors, bench.optimizer_step's floor rows too); the optimizer step as the training step runs it (optimizer ms), and the whole step against
-    AdamW's on the same model."""
+    measure_floors, bench.optimizer_step's floor rows too); the optimizer step as the training step runs it
+    (optimizer ms), and the whole step against AdamW's on the same model."""
     matrix_rows = [row for row in rows if row.recorded and row.optimizer_ms is not None]
     if not matrix_rows:
         return
