@@ -123,18 +123,19 @@ class SOAPMuon(Muon):
 
     def _preconditioned(self, params: list[torch.Tensor], whole: list[list[torch.Tensor]],
                         group: dict) -> list[torch.Tensor]:
-        """A stack's u, whole, preconditioned in its bases (as it is at the first step, which has none); then the
+        """A stack's u, whole, preconditioned in its bases (as it is at the first step, which has none); the
         statistics take g and the bases follow them (made at the first step, refreshed every
         precondition_frequency steps after it); this rank's rows of v kept."""
         states = [self.state[p] for p in params]
         directions, grads, exp_avg_sqs = (list(tensors) for tensors in zip(*whole))
         u = stacked(directions)
         statistics = [stack_of([s["GG"] for s in states], side) for side in (0, 1)]
+        # the statistics take g (they make or refresh the bases below, after u is preconditioned in the old ones)
+        accumulate_statistics(statistics, stacked(grads), group["shampoo_beta"])
         if "Q" not in states[0]:
             result = u
             for state in states:
                 state["Q"], state["soap_step"] = [None, None], 0
-            accumulate_statistics(statistics, stacked(grads), group["shampoo_beta"])
             bases = [share([s["Q"] for s in states], side, eigenbases(statistics[side])) for side in (0, 1)]
         else:
             bases = [stack_of([s["Q"] for s in states], side) for side in (0, 1)]
@@ -145,7 +146,6 @@ class SOAPMuon(Muon):
             norms = torch.linalg.matrix_norm(u, keepdim=True) / torch.linalg.matrix_norm(result, keepdim=True).clamp_min(
                 group["soap_eps"])
             result = result * norms
-            accumulate_statistics(statistics, stacked(grads), group["shampoo_beta"])
             if states[0]["soap_step"] % group["precondition_frequency"] == 0:
                 bases, v = refreshed_bases(statistics, bases, v)
                 for side in (0, 1):
