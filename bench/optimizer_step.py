@@ -253,11 +253,9 @@ class RecordedProducts(TorchDispatchMode):
 
 def recorded_products(optimizer: Optimizer, run: Callable[[], None]) -> dict[ProductCall, float]:
     """The matrix products the optimizer's steps dispatch while run() runs (whole training steps, or its steps
-    alone), each with its count per step. Run uncompiled (under a dispatch mode dynamo would not run the compiled
-    kernels anyway): the products of the step's own ops and layouts, which its compiled form hands to the same BLAS
-    calls."""
-    import torch._dynamo
-
+    alone), each with its count per step: the products of the step's own ops and layouts, which its compiled form
+    hands to the same BLAS calls. Its compiled element-wise rules run eager meanwhile (compiled=False: a fullgraph
+    compile cannot run under a dispatch mode); a compiled Newton-Schulz runs its eager ops under it by itself."""
     recorder, steps, step = RecordedProducts(), 0, optimizer.step
 
     def recorded_step(*args, **kwargs):
@@ -267,11 +265,12 @@ def recorded_products(optimizer: Optimizer, run: Callable[[], None]) -> dict[Pro
             return step(*args, **kwargs)
 
     own = optimizer.__dict__.get("step")  # (an instance's own step, if it has one, comes back after)
-    optimizer.step = recorded_step
+    compiled = getattr(optimizer, "compiled", False)
+    optimizer.step, optimizer.compiled = recorded_step, False
     try:
-        with torch._dynamo.config.patch(disable=True):
-            run()
+        run()
     finally:
+        optimizer.compiled = compiled
         if own is None:
             del optimizer.step
         else:

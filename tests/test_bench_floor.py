@@ -252,3 +252,18 @@ def test_each_optimizers_declared_products_are_the_products_its_step_runs(name):
     declared = sum(product.flops() for product in optimizer.products())
     assert declared > 0
     assert step_flops(optimizer, step) == pytest.approx(declared, rel=1e-12)
+
+
+def test_recording_runs_a_compiled_optimizer_and_leaves_it_compiled():
+    """A compiled optimizer (its AdamW side a fullgraph compile, which cannot run under a dispatch mode) is recorded
+    with its rules eager, and given back compiled (bench.optimizer_step's compiled optimizers failed so before)."""
+    params = [torch.nn.Parameter(torch.randn(8, 6)), torch.nn.Parameter(torch.randn(6))]
+    muon = Muon([dict(params=params[:1], use_muon=True), dict(params=params[1:], use_muon=False)], compiled=True)
+
+    def run():
+        for p in params:
+            p.grad = torch.randn_like(p)
+        muon.step()
+
+    recorded = recorded_products(muon, run)
+    assert muon.compiled and "step" not in vars(muon) and recorded
