@@ -32,7 +32,7 @@ from optim.contract import Hyperparameters, Loop, MatrixProducts, Product, beta,
 from optim.newton_schulz import (
     muon_scale, newton_schulz5_across_ranks, ns5_dtype, ns5_products, ns_coefficients_setting, ns_iterations,
 )
-from optim.routing import Route, routed_params, routing
+from optim.routing import Route, routing, use_muon_groups
 from optim.rules import ADAMW_VARIANTS, GroupwiseOptimizer, adamw_update, decoupled_step_
 from optim.sharding import local, shard_group, squared_norms, with_local_blocks
 
@@ -205,9 +205,7 @@ def build_muon(model: nn.Module, hp: MuonHyperparameters, loop: Loop) -> Muon:
     adamw = Route("adamw", True, lr="lr_1d")
     table = routing(Route("muon", True), adamw if hp.muon_embeddings_on_adamw else Route("muon", True), adamw)
     return Muon(
-        [dict(params=params, use_muon=route.rule == "muon",
-              lr=loop.learning_rate if route.lr == "learning_rate" else getattr(hp, route.lr))
-         for route, params in routed_params(model, table)],
+        use_muon_groups(model, table, "muon", loop.learning_rate, hp),
         lr=loop.learning_rate, momentum=hp.muon_momentum, nesterov=hp.muon_nesterov,
         weight_decay=hp.weight_decay, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
         adamw_eps=hp.eps, adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled,

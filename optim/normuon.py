@@ -41,7 +41,7 @@ from optim.adamw import SideAdamW
 from optim.contract import Loop, beta, setting
 from optim.muon import Muon, OrthogonalizedUpdate, ema_momentum, orthogonalized, row_mean_squares
 from optim.newton_schulz import NewtonSchulzSettings, muon_scale
-from optim.routing import Route, routed_params, routing
+from optim.routing import Route, routing, use_muon_groups
 from optim.rules import decoupled_step_
 from optim.sharding import local, row_zeros_like, shard_group, squared_norms
 
@@ -106,9 +106,7 @@ def build_normuon(model: nn.Module, hp: NorMuonHyperparameters, loop: Loop) -> N
     """The blocks' matrices on NorMuon; the embeddings, the tied head and the 1-D parameters on AdamW at lr_1d."""
     table = routing(Route("normuon", True), Route("adamw", True, lr="lr_1d"), Route("adamw", True, lr="lr_1d"))
     return NorMuon(
-        [dict(params=params, use_muon=route.rule == "normuon",
-              lr=loop.learning_rate if route.lr == "learning_rate" else getattr(hp, route.lr))
-         for route, params in routed_params(model, table)],
+        use_muon_groups(model, table, "normuon", loop.learning_rate, hp),
         lr=loop.learning_rate, weight_decay=hp.weight_decay, momentum=hp.muon_momentum, beta2=hp.normuon_beta2,
         nesterov=hp.muon_nesterov, ns_steps=hp.ns_steps, adamw_betas=(hp.beta1_1d, hp.beta2_1d), adamw_eps=hp.eps,
         adamw_weight_decay=hp.weight_decay_1d, compiled=loop.compiled, ns_coefficients=hp.ns_coefficients,

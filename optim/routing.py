@@ -8,7 +8,8 @@ in an untied Llama, its own matrix: every reference sends the head where it send
 it takes the group's weight decay, and which setting is its peak learning rate (the loop's
 learning_rate, or e.g. lr_1d for the AdamW that Muon and MARS run on the 1-D parameters). Every
 builder makes its param groups from its routing with routed_params() (weight_decay_groups() for the
-usual decay / no-decay groups), and the diagnostics report update sizes by the same kinds.
+usual decay / no-decay groups, use_muon_groups() for the Muon family's split), and the diagnostics report
+update sizes by the same kinds.
 """
 
 from __future__ import annotations
@@ -67,6 +68,16 @@ def routed_params(model: nn.Module, table: dict[str, Route], key: Callable[[Rout
         if id(p) in kind_of:
             routed[group_key(kind_of[id(p)])][1].append(p)
     return [(route, params) for route, params in routed.values() if params]
+
+
+def use_muon_groups(model: nn.Module, table: dict[str, Route], rule: str, learning_rate: float, settings: object
+                    ) -> list[dict]:
+    """routed_params as param groups of an optimizer that runs `rule` on the groups flagged use_muon and its AdamW
+    on the rest (the Muon family's split), each at its route's peak learning rate: learning_rate, or the setting of
+    settings that the route names (e.g. lr_1d)."""
+    return [dict(params=params, use_muon=route.rule == rule,
+                 lr=learning_rate if route.lr == "learning_rate" else getattr(settings, route.lr))
+            for route, params in routed_params(model, table)]
 
 
 def weight_decay_groups(model: nn.Module, table: dict[str, Route], weight_decay: float,

@@ -39,7 +39,7 @@ from optim.adamw import SideAdamW
 from optim.contract import Loop, Product, beta, setting
 from optim.muon import Muon, ema_momentum, orthogonalized
 from optim.newton_schulz import NewtonSchulzSettings, muon_scale, ns_coefficients_setting
-from optim.routing import Route, routed_params, routing
+from optim.routing import Route, routing, use_muon_groups
 from optim.rules import decoupled_step_
 from optim.sharding import gather_whole, local, local_rows, with_local_blocks
 from optim.soap import (
@@ -163,9 +163,7 @@ def build_soap_muon(model: nn.Module, hp: SOAPMuonHyperparameters, loop: Loop) -
     """The blocks' matrices on SOAP-Muon; the embeddings, the tied head and the 1-D parameters on AdamW at lr_1d."""
     table = routing(Route("soap_muon", True), Route("adamw", True, lr="lr_1d"), Route("adamw", True, lr="lr_1d"))
     return SOAPMuon(
-        [dict(params=params, use_muon=route.rule == "soap_muon",
-              lr=loop.learning_rate if route.lr == "learning_rate" else getattr(hp, route.lr))
-         for route, params in routed_params(model, table)],
+        use_muon_groups(model, table, "soap_muon", loop.learning_rate, hp),
         lr=loop.learning_rate, weight_decay=hp.weight_decay, momentum=hp.muon_momentum, soap_beta2=hp.soap_beta2,
         shampoo_beta=hp.shampoo_beta, soap_eps=hp.soap_eps, precondition_frequency=hp.precondition_frequency,
         ns_steps=hp.ns_steps, ns_coefficients=hp.ns_coefficients, adamw_betas=(hp.beta1_1d, hp.beta2_1d),
