@@ -106,7 +106,8 @@ def estimate(folder: str, recipe: str, base: list[str], recipe_args: list[str]) 
     from optim import load_config
 
     seconds = statistics.mean(tune.core_seconds(f) for _, f, _ in tune.finished_runs(folder, "adamw"))
-    replay = argparse.Namespace(folder=folder, recipes="adamw", keys="", check=False, stretch=1.0, report_only=True)
+    replay = argparse.Namespace(folder=folder, recipes="adamw", keys="", check=False, stretch=1.0, start_from="",
+                                report_only=True)
     tunings, recipe_args_of, _ = tune.planned_tunings(replay, base)
     tuner = tune.Tuner(folder, base, recipe_args_of, 1, report_only=True)
     cap = len(tuner.tune(tunings[0], None, 4).search_runs)  # AdamW's search, replayed from its runs
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> str:
         if args.estimate:
             return ""
         options = argparse.Namespace(folder=folder, recipes=f"adamw,{recipe}", keys="", check=False, stretch=1.0,
+                                     start_from="",
                                      report_only=False, jobs=args.jobs, max_rounds=4)
         stop = threading.Event()
         bar = threading.Thread(target=follow, args=(os.path.join(folder, recipe), runs, stop), daemon=True)

@@ -272,10 +272,21 @@ def check_keys(base: list[str], recipe: str) -> list[str]:
 def recorded_starts(root: str) -> dict[str, dict[str, str]]:
     """start.json's starting points per recipe ({} in a new folder)."""
     path = os.path.join(root, "start.json")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f)
+    return read_points(path) if os.path.exists(path) else {}
+
+
+def read_points(path: str) -> dict[str, dict[str, str]]:
+    """A points file (start.json, tuned.json): recipe -> key -> value as folder names write it."""
+    try:
+        with open(path) as f:
+            points = json.load(f)
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path} is not the JSON a tuning writes ({e}): restore it from the run's archive") from None
+    if not isinstance(points, dict) or not all(isinstance(v, dict) for v in points.values()):
+        raise InputError(f"{path} is not a points file (recipe -> key -> value): name a tuning's tuned.json")
+    return {recipe: {k: str(v) for k, v in values.items()} for recipe, values in points.items()}
 
 
 def link_tuned(root: str, recipe: str, tuned: sweep.Point, seeds: tuple[int, ...] = (SEARCH_SEED, *FINAL_SEEDS)
@@ -382,6 +393,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--stretch", type=float, default=1.0,
                         help="run every recipe at this many times its budget, its schedule stretched (warmup and "
                              "evaluations at the same fractions of the run; experiments.budget_ladder's rule)")
+    parser.add_argument("--start-from", default="", metavar="TUNED_JSON",
+                        help="start each recipe this file names (another point's tuned.json) at its values there, "
+                             "the rest at its config's: the width-192 point starts from the 4x-tokens check's")
     parser.add_argument("--check", action="store_true",
                         help="the transfer check at a new size or budget: from each recipe's tuned point, one "
                              "round over the learning rate (and AdamW's weight decay), the tuned point at seeds 1-3, "
@@ -402,7 +416,7 @@ def main(argv: list[str] | None = None) -> str:
 def planned_tunings(args: argparse.Namespace, base: list[str], recipes: dict[str, MiniRecipe] | None = None
                     ) -> tuple[list[RecipeTuning], dict[str, list[str]], dict[str, dict[str, str]]]:
     """Each recipe's tuning as the command line asks (AdamW first), its train.py arguments, and every recipe's
-    starting point (start.json's, else its config's): every point a search can reach first resolved as train.py
+    starting point (start.json's, else --start-from's, else its config's): every point a search can reach first resolved as train.py
     resolves it, so a bad key or value stops the command by name before any run. recipes: the mini recipes
     (config.cells), or these (experiments.compare's, an optimizer from outside among them)."""
     from experiments.budget_ladder import stretched
@@ -418,6 +432,7 @@ def planned_tunings(args: argparse.Namespace, base: list[str], recipes: dict[str
         if arg.startswith("--"):
             sweep.check_not_per_run(arg[2:].partition("=")[0], arg)
     tunings, starts, recipe_args_of = [], recorded_starts(args.folder), {}
+    carried = read_points(args.start_from) if args.start_from else {}
     if args.report_only:  # the recipes whose tuning has begun (a report of none would name their starts as tuned)
         if not starts:
             raise InputError(f"{args.folder} holds no tuning (no start.json): --report-only reports the runs of a "
@@ -446,7 +461,8 @@ def planned_tunings(args: argparse.Namespace, base: list[str], recipes: dict[str
             raise InputError(f"{os.path.join(args.folder, name)} holds runs, but {args.folder}/start.json has no "
                              f"start for {name}: restore the start.json the runs were made from (it is in "
                              f"results/tune/runs.tar.xz), or tune into a new folder")
-        start |= {k: v for k, v in starts.get(name, {}).items() if k in start}
+        start |= {k: v for k, v in carried.get(name, {}).items() if k in start}
+        start |= {k: v for k, v in starts.get(name, {}).items() if k in start}  # (a rerun: the start it began at)
         starts[name] = starts.get(name, {}) | start
         sweep.check_points(args.folder, reachable_first(name, keys, start), SEARCH_SEED, base,
                            {name: recipe_args}, f"recipe {name}")

@@ -10,7 +10,8 @@
 #             the Llama's components at a time (rotary positions, RMSNorm, SwiGLU, no 1/(layer+1) attention scale;
 #             Muon's embeddings on its AdamW), and on the mini Llama: experiments.gaps' table of Muon's gap to AdamW
 #   betas     AGI-Arena/MARS issue 7: AdamW at MARS's betas and MARS (approx and exact) at AdamW's, seeds 1-3
-#   width192  width 192 (about 4x the non-embedding parameters) at 4x the tokens under mup from the tuned mini (the
+#   width192  width 192 (about 4x the non-embedding parameters) at 4x the tokens under mup (base width 96), each
+#             recipe from its point checked at 4x the tokens (the same steps: mup carries it across width, the
 #             declared transfer rule), the transfer check and AdamW's ladder there
 # STAGES=tokens4x,transfer: only those; RECIPES: the recipes of the checks (default the mission's five).
 # Results in out/scale/<stage>/ (tuning.md, tuned/report/report.md; transfer.md and transfer.png; gaps.md).
@@ -21,11 +22,14 @@ root="$(out_root)/scale"
 recipes="${RECIPES:-adamw,mars_approx,mars_exact,mars_m,muon}"
 [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
 
-# the transfer check at a point (its folder, then train.py overrides for every run), then AdamW's ladder there at
-# its checked learning rate and weight decay
+# the transfer check at a point (its folder, the tuned.json its recipes start from or "" for the tuned mini's
+# points, then train.py overrides for every run), then AdamW's ladder there at its checked learning rate and decay
 check_point() {
-    local folder="$1"; shift
-    python3 -m experiments.tune "$folder" config/mini.py "$@" --stretch 4 --check --recipes "$recipes" --jobs "$JOBS"
+    local folder="$1" start_from="$2"; shift 2
+    local start=()
+    [[ -z "$start_from" ]] || start=(--start-from "$start_from")
+    python3 -m experiments.tune "$folder" config/mini.py "$@" --stretch 4 --check --recipes "$recipes" --jobs "$JOBS" \
+        "${start[@]}"
     local tuned
     tuned="$(python3 -c 'import json, sys; print(" ".join(f"--{k}={v}" for k, v in json.load(open(sys.argv[1]))["adamw"].items()))' "$folder/tuned.json")"
     local stretch
@@ -37,7 +41,7 @@ check_point() {
 IFS=, read -ra stages <<< "${STAGES:-tokens4x,transfer,swaps,betas,width192}"
 for stage in "${stages[@]}"; do
     case "$stage" in
-        tokens4x) check_point "$root/tokens4x" ;;
+        tokens4x) check_point "$root/tokens4x" "" ;;
         transfer)
             mup="--parametrization=mup --mup_base_width=96"
             # (sp's AdamW at width 48 was best at 2.26e-2, the grid's edge: the edge rule extends its grid by one)
@@ -78,7 +82,8 @@ for stage in "${stages[@]}"; do
                 --recipe "mars_exact@0.95-0.99=$mars_exact" \
                 --recipe "mars_exact@0.9-0.95=$mars_exact --beta1=0.9 --beta2=0.95"
             python3 -m experiments.gaps "$root/betas" --variants 0.9-0.95,0.95-0.99 ;;
-        width192) check_point "$root/width192" --n_embd=192 --parametrization=mup --mup_base_width=96 ;;
+        width192) check_point "$root/width192" "$root/tokens4x/tuned.json" \
+                      --n_embd=192 --parametrization=mup --mup_base_width=96 ;;
         *) echo "error: STAGES holds '$stage'; the stages are tokens4x, transfer, swaps, betas, width192" >&2
            exit 2 ;;
     esac

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from conftest import PYTHON, REPO
+from errors import InputError
 from experiments import sweep, tune
 from optim import load_config
 
@@ -84,6 +85,7 @@ def test_a_search_stops_at_adamws_run_count_and_says_so(tmp_path):
     (["--recipes", "adamw", "--grad_clip=-1"], "config key 'grad_clip' must not be negative, got -1"),
     (["--recipes", "adamw", "--keys", "learning_rate,dropout"], "no ladder of values for 'dropout'"),
     (["--recipes", "sgd"], "no mini recipe 'sgd'"),
+    (["--recipes", "adamw", "--check", "--start-from", "no/tuned.json"], "cannot read no/tuned.json"),
 ])
 def test_bad_input_is_refused_by_name_before_any_run(arguments, message, tmp_path):
     folder = tmp_path / "tune"
@@ -156,13 +158,34 @@ def test_the_transfer_check_walks_the_learning_rate_past_its_edge_and_ends_at_se
 def test_stretch_runs_each_recipe_at_that_many_times_its_budget_with_its_own_schedule_stretched(tmp_path):
     """--stretch 4: AdamW's 256 steps with a warmup of 150 become 1024 with 600, Muon's warmup of 0 stays 0, each
     evaluation at the same fraction of the run."""
-    args = argparse.Namespace(folder=str(tmp_path / "tune"), recipes="muon", keys="", check=True, stretch=4.0,
-                              report_only=False)
+    args = argparse.Namespace(folder=str(tmp_path / "tune"), recipes="muon", keys="", check=True, start_from="",
+                              stretch=4.0, report_only=False)
     _, recipe_args, _ = tune.planned_tunings(args, ["config/mini.py"])
     adamw, muon = (load_config(sweep.recipe_arguments(["config/mini.py"], recipe_args[name])) for name in ("adamw",
                                                                                                             "muon"))
     assert (adamw.max_iters, adamw.warmup_iters, adamw.eval_interval) == (1024, 600, 128)
     assert (muon.max_iters, muon.warmup_iters, muon.lr_schedule) == (1024, 0, "wsd")
+
+
+def test_a_check_starts_each_recipe_at_the_point_another_check_tuned_and_a_rerun_at_its_recorded_start(tmp_path):
+    """--start-from (the width-192 point from the 4x-tokens check's tuned.json): a recipe the file names starts at
+    its values there, the keys it leaves out and the recipes it does not name at their configs'; start.json records
+    it, so a rerun after the file changed still goes on from where the search began."""
+    carried = tmp_path / "tuned.json"
+    carried.write_text(json.dumps({"adamw": {"learning_rate": "0.032"}, "soap": {"learning_rate": "0.01"}}))
+    args = argparse.Namespace(folder=str(tmp_path / "tune"), recipes="adamw,muon", keys="", check=True,
+                              start_from=str(carried), stretch=4.0, report_only=False)
+    _, _, starts = tune.planned_tunings(args, ["config/mini.py"])
+    assert starts["adamw"] == {"learning_rate": "0.032", "weight_decay": "0.1"}
+    assert starts["muon"] == {"learning_rate": "0.05657"} and "soap" not in starts
+    os.makedirs(args.folder)
+    with open(os.path.join(args.folder, "start.json"), "w") as f:
+        json.dump(starts, f)
+    carried.write_text(json.dumps({"adamw": {"learning_rate": "0.064"}}))
+    assert tune.planned_tunings(args, ["config/mini.py"])[2]["adamw"]["learning_rate"] == "0.032"
+    carried.write_text("{not json")
+    with pytest.raises(InputError, match="is not the JSON a tuning writes"):
+        tune.planned_tunings(args, ["config/mini.py"])
 
 
 def test_the_tuned_point_is_linked_in_the_mini_reproductions_layout_once_seeds_1_to_4_finished(tmp_path, monkeypatch):
@@ -235,8 +258,8 @@ def test_a_run_where_a_tuned_link_goes_is_refused_by_name(tmp_path, monkeypatch)
 
 def test_every_mini_recipes_search_resolves_before_any_run(tmp_path):
     # every recipe's keys have a ladder, are read by its optimizer, and each first point resolves as train.py's
-    args = argparse.Namespace(folder=str(tmp_path / "tune"), recipes="", keys="", check=False, stretch=1.0,
-                              report_only=False)
+    args = argparse.Namespace(folder=str(tmp_path / "tune"), recipes="", keys="", check=False, start_from="",
+                              stretch=1.0, report_only=False)
     _, _, starts = tune.planned_tunings(args, ["config/mini.py"])
     from config.cells import mini_recipes
     assert set(starts) == set(mini_recipes())
