@@ -63,6 +63,7 @@ if not __package__:  # run as a file: the repository's modules (errors, optim, .
 
 import argparse
 import csv
+import math
 import os
 import re
 import sys
@@ -119,8 +120,11 @@ def projected(gpu, optimizer: str, row: dict) -> str:
 
 
 def mini_table(results: str = RESULTS) -> str:
-    """The README's mini table: every optimizer of the learning-rate-only runs, best loss first, beside its
-    tuned row where the tuning ran it; the best of each group in bold."""
+    """The README's mini table: a row for every mini recipe of the registry. Those of the learning-rate-only runs
+    first, best loss first, beside their tuned rows where the tuning ran them; then those added after those runs
+    (the 2026 optimizers: their learning-rate-only rows are docs/reproducing.md's, against the tuned AdamW), tuned
+    loss first, their tuned cells alone; the best of each group in bold."""
+    from config.cells import mini_recipes
     from experiments.report import gpu_rows, read_whole_steps
 
     gpu = gpu_rows(read_whole_steps(os.path.join(results, "gpu", "whole_steps.json")))
@@ -131,10 +135,15 @@ def mini_table(results: str = RESULTS) -> str:
     best = {id(group): min(group, key=lambda name: group[name]["loss_mean"]) for group in (lr_only, tuned) if group}
     lines = [f"| optimizer | learning rate only | speedup over AdamW | {column} | tuned | speedup over tuned AdamW | "
              f"{column} |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name in sorted(lr_only, key=lambda n: lr_only[n]["loss_mean"]):
+    later = {recipe_display_name(r) for r in mini_recipes()} - set(lr_only)
+    for name in [*sorted(lr_only, key=lambda n: lr_only[n]["loss_mean"]),
+                 *sorted(later, key=lambda n: (tuned[n]["loss_mean"] if n in tuned else math.inf, n))]:
         cells = [LABELS.get(name, name)]
         for group in (lr_only, tuned):
             row = group.get(name)
+            if row is None and group is lr_only:
+                cells += ["(added after these runs)", "", ""]
+                continue
             if row is None:  # (a search stopped short says so: it resumes)
                 runs = begun[name]["runs"].split()[0] if name in begun else ""
                 cells += [f"search under way ({runs} runs)" if runs else "not yet tuned", "", ""]

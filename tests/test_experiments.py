@@ -200,6 +200,11 @@ def test_an_untuned_row_says_whether_its_search_has_begun(tmp_path):
     assert "| search under way (9 runs) |" in rows["Lion"]
     assert "| not yet tuned |" in rows["Sophia"]
     assert "not yet" not in rows["Muon"] and "under way" not in rows["Muon"]
+    # every mini recipe of the registry has its row: those added after the learning-rate-only runs, their tuned
+    # cells alone
+    from config.cells import mini_recipes
+    assert len(rows) - 2 == len(mini_recipes()) and "| (added after these runs) | | |" in rows["SOAP-Muon"]
+    assert rows["NorMuon"].startswith("| NorMuon | (added after these runs) | | | 1.9")
 
 
 # The modules outside optim/ and config/ (the recipes' rows, config/cells.py, among them) that name a registry
