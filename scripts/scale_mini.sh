@@ -13,7 +13,9 @@
 #   width192  width 192 (about 4x the non-embedding parameters) at 4x the tokens under mup (base width 96), each
 #             recipe from its point checked at 4x the tokens (the same steps: mup carries it across width, the
 #             declared transfer rule), the transfer check and AdamW's ladder there
-# STAGES=tokens4x,transfer: only those; RECIPES: the recipes of the checks (default the mission's five).
+#   betas192  AGI-Arena/MARS issue 7 at width 192: AdamW at MARS's betas and MARS at AdamW's, each at its point
+#             checked there (whose seeds 1-3, linked, are the other column), seeds 1-3
+# STAGES=tokens4x,transfer: only those (betas192 after width192); RECIPES: the recipes of the checks (default the mission's five).
 # Results in out/scale/<stage>/ (tuning.md, tuned/report/report.md; transfer.md and transfer.png; gaps.md).
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
@@ -38,7 +40,20 @@ check_point() {
     python3 -m experiments.budget_ladder "$folder/tuned" --jobs "$JOBS" "$@" $stretch $tuned
 }
 
-IFS=, read -ra stages <<< "${STAGES:-tokens4x,transfer,swaps,betas,width192}"
+# a recipe's train.py arguments at a point's checked values (its folder, the recipe, then the point's overrides): its
+# mini config files, the values of the folder's tuned.json and its schedule stretched 4x, as the check ran it
+checked() {
+    local folder="$1" recipe="$2"; shift 2
+    python3 -c 'import json, sys
+from config.cells import mini_recipes
+from experiments.budget_ladder import stretched
+folder, recipe, *base = sys.argv[1:]
+args = mini_recipes()[recipe].args.split() + [f"--{k}={v}" for k, v in json.load(open(f"{folder}/tuned.json"))[recipe].items()]
+print(" ".join(args), stretched(["config/mini.py", *base, *args], 4))' "$folder" "$recipe" "$@"
+}
+
+width192=(--n_embd=192 --parametrization=mup --mup_base_width=96)
+IFS=, read -ra stages <<< "${STAGES:-tokens4x,transfer,swaps,betas,width192,betas192}"
 for stage in "${stages[@]}"; do
     case "$stage" in
         tokens4x) check_point "$root/tokens4x" "" ;;
@@ -82,9 +97,18 @@ for stage in "${stages[@]}"; do
                 --recipe "mars_exact@0.95-0.99=$mars_exact" \
                 --recipe "mars_exact@0.9-0.95=$mars_exact --beta1=0.9 --beta2=0.95"
             python3 -m experiments.gaps "$root/betas" --variants 0.9-0.95,0.95-0.99 ;;
-        width192) check_point "$root/width192" "$root/tokens4x/tuned.json" \
-                      --n_embd=192 --parametrization=mup --mup_base_width=96 ;;
-        *) echo "error: STAGES holds '$stage'; the stages are tokens4x, transfer, swaps, betas, width192" >&2
+        width192) check_point "$root/width192" "$root/tokens4x/tuned.json" "${width192[@]}" ;;
+        betas192)
+            point="$root/width192"
+            python3 -m experiments.sweep "$root/betas192" config/mini.py "${width192[@]}" --seeds 1,2,3 --jobs "$JOBS" \
+                --recipe "adamw@0.95-0.99=$(checked "$point" adamw "${width192[@]}") --beta1=0.95 --beta2=0.99" \
+                --recipe "mars_approx@0.9-0.95=$(checked "$point" mars_approx "${width192[@]}") --beta1=0.9 --beta2=0.95" \
+                --recipe "mars_exact@0.9-0.95=$(checked "$point" mars_exact "${width192[@]}") --beta1=0.9 --beta2=0.95"
+            for own in adamw@0.9-0.95 mars_approx@0.95-0.99 mars_exact@0.95-0.99; do  # (their checked points' runs)
+                ln -sfn "../width192/tuned/${own%@*}" "$root/betas192/$own"
+            done
+            python3 -m experiments.gaps "$root/betas192" --variants 0.9-0.95,0.95-0.99 ;;
+        *) echo "error: STAGES holds '$stage'; the stages are tokens4x, transfer, swaps, betas, width192, betas192" >&2
            exit 2 ;;
     esac
 done
