@@ -255,7 +255,8 @@ def recorded_products(optimizer: Optimizer, run: Callable[[], None]) -> dict[Pro
     """The matrix products the optimizer's steps dispatch while run() runs (whole training steps, or its steps
     alone), each with its count per step: the products of the step's own ops and layouts, which its compiled form
     hands to the same BLAS calls. Its compiled element-wise rules run eager meanwhile (compiled=False: a fullgraph
-    compile cannot run under a dispatch mode); a compiled Newton-Schulz runs its eager ops under it by itself."""
+    compile cannot run under a dispatch mode); a compiled Newton-Schulz (not fullgraph) runs eagerly under it by
+    itself: dynamo skips a frame while a dispatch mode is on the stack."""
     recorder, steps, step = RecordedProducts(), 0, optimizer.step
 
     def recorded_step(*args, **kwargs):

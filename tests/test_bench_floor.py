@@ -17,14 +17,15 @@ import bench.optimizer_step as optimizer_step
 import conftest
 from bench.gpu import FLOOR_HEADER, TABLE_HEADER
 from bench.optimizer_step import (
-    PLAN_WORLD_SIZES, SMOKE_MODEL, matrix_shapes, measure_floors, owner_plan, print_owner_plans, recorded_products,
+    PLAN_WORLD_SIZES, SMOKE_MODEL, RecordedProducts, matrix_shapes, measure_floors, owner_plan, print_owner_plans,
+    recorded_products,
 )
 from config.models import PRESETS
 from model import GPT, GPTConfig
 from optim import OPTIMIZERS, build_optimizer, load_config
 from optim.contract import MatrixProducts
 from optim.muon import Muon
-from optim.newton_schulz import ns5_flops
+from optim.newton_schulz import _compiled_ns5_iterations, _ns5_iterations, ns5_flops
 from optim.sharding import balanced_owners
 
 # NS5 of a 48 x 32 and two 32 x 96 matrices, 5 iterations of 4 n^2 m + 2 n^3 FLOPs each (n = 32 the short side)
@@ -267,3 +268,16 @@ def test_recording_runs_a_compiled_optimizer_and_leaves_it_compiled():
 
     recorded = recorded_products(muon, run)
     assert muon.compiled and "step" not in vars(muon) and recorded
+
+
+def test_a_compiled_newton_schulz_is_recorded_as_its_eager_form_dispatches():
+    """On CUDA Newton-Schulz runs compiled (torch.compile, not fullgraph: optim.newton_schulz): dynamo runs a frame
+    eagerly while a dispatch mode is on the stack, so the recorder sees the same products the eager iteration
+    dispatches, 3 per iteration, rather than nothing (a compiled graph's products would bypass it)."""
+    x = torch.randn(2, 8, 12)
+    recorded = []
+    for iterate in (_ns5_iterations, _compiled_ns5_iterations()):
+        with RecordedProducts() as recorder:
+            iterate(x, 5, "quintic")
+        recorded.append(recorder.calls)
+    assert recorded[1] == recorded[0] and sum(recorded[0].values()) == 15
