@@ -263,6 +263,12 @@ def evaluate(model: GPT, windows: TokenWindows, window_ids: np.ndarray, batches:
     return (totals[0] / totals[1]).item()
 
 
+def clocks() -> dict[str, float]:
+    """A metrics row's clocks: the wall clock, and this process's CPU time (its own core-seconds, however many other
+    processes share the machine: what a CPU sweep's core-hours are counted from, experiments.tune.core_seconds)."""
+    return dict(time=time.time(), process_cpu_s=time.process_time())
+
+
 class LogWindow:
     """Sums, on the device, of the steps since the last log: read (one host sync) at log steps."""
 
@@ -302,7 +308,7 @@ class LogWindow:
         row = dict(type="train", step=step, tokens=step * cfg.total_batch_size, loss=loss,
                    grad_norm=grad_norm_value, clip_rate=clipped_steps / self.steps,
                    tokens_per_s=self.steps * cfg.total_batch_size / elapsed,
-                   ms_per_step=1000 * elapsed / self.steps, time=time.time(), **dict(zip(diagnostics, diagnostic_values)))
+                   ms_per_step=1000 * elapsed / self.steps, **clocks(), **dict(zip(diagnostics, diagnostic_values)))
         self.loss_sum.zero_()
         self.clipped_steps.zero_()
         self.steps, self.start_time = 0, time.time()
@@ -425,13 +431,13 @@ def train_on(cfg: TrainConfig, rt: Runtime) -> int:
                 new_best, run.best_val_loss = val_loss < run.best_val_loss, min(run.best_val_loss, val_loss)
                 log.print(f"step {run.step}: val loss {val_loss:.4f}")
                 log.write(dict(type="val", step=run.step, tokens=run.step * cfg.total_batch_size, val_loss=val_loss,
-                               time=time.time()))
+                               **clocks()))
             if hellaswag_due:
                 scores = evaluate_hellaswag(raw_model, hellaswag_examples, str(rt.device), autocast,
                                             cfg.micro_batch_size, rt.rank, rt.world_size, cfg.tokenizer)
                 log.print(f"step {run.step}: hellaswag acc_norm {scores['acc_norm']:.4f} ({scores['count']} examples)")
                 log.write(dict(type="hellaswag", step=run.step, tokens=run.step * cfg.total_batch_size, **scores,
-                               time=time.time()))
+                               **clocks()))
             if save_due:
                 window.mean_loss(rt, run.step, cfg.out_dir)  # never checkpoint a diverged run
                 meta = run_meta(scaler, run, cfg.to_dict(), cfg.model_args(), gather_rng_states(rt),

@@ -319,12 +319,17 @@ def reachable_first(recipe: str, keys: list[str], start: dict[str, str]) -> list
 
 def core_seconds(folder: str) -> float:
     """A run's time on its core, from its metrics rows' clocks (from its first evaluation: the seconds of its
-    start are left out): a gap over RUN_GAP between two rows straddles a stop and its resume, and counts as
-    RUN_GAP."""
+    start are left out): between two rows of one process, its CPU time (train.py's process_cpu_s: its own, while
+    other runs shared the cores); else the wall clock, where a gap over RUN_GAP straddles a stop and its resume and
+    counts as RUN_GAP."""
     from experiments.report import read_rows
 
-    times = [row["time"] for row in read_rows(os.path.join(folder, "metrics.jsonl")) if "time" in row]
-    return sum(min(max(later - earlier, 0.0), RUN_GAP) for earlier, later in zip(times, times[1:]))
+    rows = [row for row in read_rows(os.path.join(folder, "metrics.jsonl")) if "time" in row]
+    total = 0.0
+    for earlier, later in zip(rows, rows[1:]):
+        cpu = later.get("process_cpu_s", -1.0) - earlier.get("process_cpu_s", math.inf)
+        total += cpu if cpu >= 0 else min(max(later["time"] - earlier["time"], 0.0), RUN_GAP)  # (a resume: < 0)
+    return total
 
 
 def finished_runs(root: str, recipe: str) -> list[tuple[str, str, Run]]:

@@ -41,6 +41,9 @@ def test_training_lowers_loss_and_writes_outputs(tiny_dataset, tmp_path):
     assert val[-1]["val_loss"] < val[0]["val_loss"] - 2.0  # starts near ln(50304) = 10.8
     train = read_metrics(out, "train")
     assert all(k in train[0] for k in ("loss", "lr", "grad_norm", "clip_rate", "tokens_per_s", "ms_per_step"))
+    with open(os.path.join(out, "metrics.jsonl")) as f:  # (this process's CPU time on every row: core-seconds)
+        cpu = [json.loads(line)["process_cpu_s"] for line in f]
+    assert all(0 < a <= b for a, b in zip(cpu, cpu[1:])) and cpu[-1] > cpu[0]
     info = json.load(open(os.path.join(out, "config.json")))
     assert info["config"]["max_iters"] == 30 and info["code_version"] and info["grad_accum_steps"] == 1
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)

@@ -219,6 +219,12 @@ def test_a_runs_core_time_leaves_out_the_time_it_was_stopped(tmp_path):
     rows += [dict(type="train", step=24, ms_per_step=430.0, time=5000.0), dict(type="val", step=32, tokens=1, val_loss=4.0, time=5004.0)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert tune.core_seconds(str(tmp_path)) == pytest.approx(3.5 + 3.5 + tune.RUN_GAP + 4.0)
+    # train.py's process CPU time, where two rows of one process hold it: 1.75 s of CPU in the 3.5 s a second run
+    # shared the core; a resumed process's clock starts again (lower), and the wall clock counts there
+    for row, cpu in zip(rows, (10.0, 11.75, 13.5, 2.0, 6.0)):
+        row["process_cpu_s"] = cpu
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert tune.core_seconds(str(tmp_path)) == pytest.approx(1.75 + 1.75 + tune.RUN_GAP + 4.0)
 
 
 def test_no_recipe_is_held_to_a_stricter_threshold_than_adamws(tmp_path):
