@@ -264,9 +264,10 @@ def evaluate(model: GPT, windows: TokenWindows, window_ids: np.ndarray, batches:
 
 
 def clocks() -> dict[str, float]:
-    """A metrics row's clocks: the wall clock, and this process's CPU time (its own core-seconds, however many other
-    processes share the machine: what a CPU sweep's core-hours are counted from, experiments.tune.core_seconds)."""
-    return dict(time=time.time(), process_cpu_s=time.process_time())
+    """A metrics row's clocks: the wall clock, and this process's CPU time with its pid (its own core-seconds,
+    however many other processes share the machine: what a CPU sweep's core-hours are counted from,
+    experiments.tune.core_seconds; the pid tells a resumed run's new process from the old)."""
+    return dict(time=time.time(), process_cpu_s=time.process_time(), pid=os.getpid())
 
 
 class LogWindow:

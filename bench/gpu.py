@@ -69,7 +69,7 @@ from bench import print_header
 from bench.memory import allocated_prediction
 from bench.optimizer_step import (
     FLOOR_COLUMNS, SMOKE_MODEL, Clock, PeakMemory, floor_cells, make_optimizers, matrix_products, measure_floors,
-    recorded_products, steps_on_random_gradients,
+    recorded_products, recording_steps, steps_on_random_gradients,
 )
 from bench.recipes import VARIANTS, paper_config_args
 from config import CHOICES, TrainConfig, read_config_file
@@ -244,6 +244,7 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
     scaler = torch.amp.GradScaler(rt.device.type, enabled=cfg.dtype == "float16")
     optimizer = build_optimizer(raw_model, cfg, rt.device.type)
     row.products = None if row.memory_only else matrix_products(optimizer)
+    steps = recording_steps(row.products or [], steps)  # (whole refresh periods: SOAP's refresh every 10 steps)
     params, total_iters, clock = list(raw_model.parameters()), cfg.total_iters(), Clock(rt.device)
     # train.py's log steps add the diagnostics; memory-only rows measure one such step
     log_step_kinds = parameter_kinds(raw_model) if row.memory_only and cfg.log_diagnostics else None
@@ -295,7 +296,10 @@ def run_row(row: Row, cfg: TrainConfig, model: torch.nn.Module, raw_model: GPT, 
             if trace:
                 profiler.export_chrome_trace(trace)
         if row.products:  # the products its steps dispatch (their floor), over as many steps alone, uncompiled
-            row.recorded = recorded_products(optimizer, lambda: steps_on_random_gradients(optimizer, params, steps))
+            try:
+                row.recorded = recorded_products(optimizer, lambda: steps_on_random_gradients(optimizer, params, steps))
+            except RuntimeError as e:  # (products on DTensors: no floor for the row, whose times stand)
+                row.note = "; ".join(filter(None, [row.note, f"no floor: {e}"]))
     finally:  # free the state now, even if a traceback keeps this frame alive (bench_model collects)
         optimizer.zero_grad(set_to_none=True)
         optimizer.state.clear()

@@ -10,7 +10,8 @@ Optimizer step benchmark on a GPT-2-shaped set of tensors (124M parameters by de
 Every optimizer of the registry (optim.OPTIMIZERS) is here under its name, built as train.py builds
 it (its hyperparameters' defaults, compiled rules), besides variants written out below. Prints, per
 optimizer: the median time of one step (repeats interleaved across the optimizers, so that load on
-the machine hits them alike), its ratio to torch's fused AdamW, the peak memory a step allocates
+the machine hits them alike; an optimizer with a periodic product, SOAP's refresh every 10 steps, the mean over a
+whole number of its periods: its refreshes amortised, as its floor amortises them), its ratio to torch's fused AdamW, the peak memory a step allocates
 beyond what it starts with, and the optimizer state it keeps.
 "official-style MARS" re-implements the official code's loop (per parameter, a
 host sync on each norm, out-of-place temporaries) for the record.
@@ -18,7 +19,7 @@ host sync on each norm, out-of-place temporaries) for the record.
 Then, for the matrix optimizers among them (optim.contract.MatrixProducts: Muon, Moonlight, MARS-M, MARS-Shampoo,
 Scion, SOAP, Kron, Dion, ...), the floor of their step: the time of the matrix products its steps dispatch, each
 measured alone here and now as the step ran it (recorded_products, then measure_floors: its op on random tensors of
-its operands' shapes, strides and dtypes), beside the step. A row gives the step's median, its FLOPs, the device's
+its operands' shapes, strides and dtypes), beside the step (recorded over a whole number of refresh periods: recording_steps). A row gives the step, its FLOPs, the device's
 rate on those shapes (FLOPs / floor), the floor, step / floor (1.00x: nothing but the products), and the
 step against fused AdamW's. On a CPU these are numbers to read, not targets (NS5 runs in fp32 there).
 
@@ -284,6 +285,15 @@ def recorded_products(optimizer: Optimizer, run: Callable[[], None]) -> dict[Pro
     return {call: count / steps for call, count in recorder.calls.items()}
 
 
+def recording_steps(declared: list[Product], at_least: int) -> int:
+    """The fewest steps, at least at_least, that hold a whole number of each declared product's periods (a product run
+    every k steps declares per_step 1/k): recorded_products' counts per step are then the declared averages wherever
+    in its refresh cycle the recording starts (SOAP's refresh every 10 steps is 1 in any 10 consecutive steps, and 1
+    in 7 or 0 in 3 of them). Kron's random preconditioner updates (per_step its probability) stay a sample."""
+    period = math.lcm(1, *(round(1 / p.per_step) for p in declared if 0 < p.per_step < 1))
+    return period * math.ceil(at_least / period)
+
+
 def steps_on_random_gradients(optimizer: Optimizer, params: list[torch.Tensor], steps: int) -> None:
     """`steps` optimizer steps alone, each on fresh random gradients (laid out as the parameters: DTensors under
     FSDP2), for recorded_products when the training steps' own would cost a forward and backward each."""
@@ -346,7 +356,7 @@ def floor_cells(step_ms: float, floor: Floor) -> list[str]:
 def print_floors(step_ms: dict[str, float], floors: dict[str, Floor], reference_ms: float | None) -> None:
     print("matrix optimizers against their floor, the matrix products their steps dispatched, each timed alone "
           "(the rate is FLOPs / floor; step/floor 1.00x: the step is nothing but its products):")
-    print(f"{'optimizer':<22} {'median step ms':>15} " + " ".join(f"{c:>16}" for c in FLOOR_COLUMNS)
+    print(f"{'optimizer':<22} {'step ms':>15} " + " ".join(f"{c:>16}" for c in FLOOR_COLUMNS)
           + f" {'vs fused AdamW':>15}")
     for name, floor in floors.items():
         ratio = f"{step_ms[name] / reference_ms:.2f}x" if reference_ms else "-"
@@ -484,33 +494,39 @@ def main() -> None:
         print(f"\rwarming up (compiling) {i}/{len(names)}: {name:<24}", end="", file=sys.stderr, flush=True)
         for step in range(2):
             timed_step(name, step)
+    # An optimizer with a periodic product (SOAP's refresh every 10 steps) takes a whole number of its periods of
+    # steps, and its step is their mean (its refreshes amortised, as its floor amortises them); every other's step
+    # is the median of args.repeats steps.
+    periods = {name: recording_steps(matrix_products(optimizers[name]), 1) for name in names}
+    step_counts = {name: recording_steps(matrix_products(optimizers[name]), args.repeats) for name in names}
     times: dict[str, list[float]] = {name: [] for name in names}
     peaks: dict[str, int] = {name: 0 for name in names}
-    for repeat in range(args.repeats):
-        print(f"\rtiming: repeat {repeat + 1}/{args.repeats}{'':<30}", end="", file=sys.stderr, flush=True)
-        for name in names:
+    for repeat in range(max(step_counts.values())):
+        print(f"\rtiming: step {repeat + 1}/{max(step_counts.values())}{'':<30}", end="", file=sys.stderr, flush=True)
+        for name in (name for name in names if repeat < step_counts[name]):
             seconds, peak = timed_step(name, repeat)
             times[name].append(seconds)
             peaks[name] = max(peaks[name], peak)
     print(file=sys.stderr)
+    step_seconds = {name: (statistics.mean if periods[name] > 1 else statistics.median)(times[name]) for name in names}
 
-    reference = statistics.median(times["adamw-fused"]) if "adamw-fused" in times else None
+    reference = step_seconds.get("adamw-fused")
     model_bytes = n_params * params[0].element_size()
-    print(f"{'optimizer':<22} {'median step':>12} {'vs fused AdamW':>15} {'peak extra memory':>24} {'state':>10}")
+    print(f"{'optimizer':<22} {'step':>12} {'vs fused AdamW':>15} {'peak extra memory':>24} {'state':>10}")
     for name in names:
-        median = statistics.median(times[name])
-        ratio = f"{median / reference:.2f}x" if reference else "-"
+        seconds = step_seconds[name]
+        ratio = f"{seconds / reference:.2f}x" if reference else "-"
         extra = f"{peaks[name] / 2**20:.0f} MiB ({peaks[name] / model_bytes:.2f} model)"
         state = sum(t.numel() * t.element_size() for s in optimizers[name].state.values()
                     for t in state_tensors(list(s.values())) if t.numel() > 1)  # (not the 0-d step counts)
-        print(f"{name:<22} {median * 1e3:>10.1f}ms {ratio:>15} {extra:>24} {state / model_bytes:>8.2f}x")
+        print(f"{name:<22} {seconds * 1e3:>10.1f}ms {ratio:>15} {extra:>24} {state / model_bytes:>8.2f}x")
 
-    products = {name: recorded_products(optimizers[name], lambda: [timed_step(name, i) for i in range(args.repeats)])
-                for name in names if matrix_products(optimizers[name])}
+    products = {name: recorded_products(optimizers[name], lambda: [timed_step(name, i) for i in range(step_counts[name])])
+                for name in names if matrix_products(optimizers[name])}  # (over whole refresh periods, as timed)
     if products:
         print()
         floors = measure_floors(products, device, repeats=args.repeats)
-        print_floors({name: 1e3 * statistics.median(times[name]) for name in products}, floors,
+        print_floors({name: 1e3 * step_seconds[name] for name in products}, floors,
                      reference and 1e3 * reference)
     print()
     label = "smoke model" if args.smoke else args.model + (f" ({args.n_layer} layers)" if args.n_layer else "")

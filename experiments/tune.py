@@ -327,8 +327,10 @@ def core_seconds(folder: str) -> float:
     rows = [row for row in read_rows(os.path.join(folder, "metrics.jsonl")) if "time" in row]
     total = 0.0
     for earlier, later in zip(rows, rows[1:]):
-        cpu = later.get("process_cpu_s", -1.0) - earlier.get("process_cpu_s", math.inf)
-        total += cpu if cpu >= 0 else min(max(later["time"] - earlier["time"], 0.0), RUN_GAP)  # (a resume: < 0)
+        if "process_cpu_s" in earlier and "process_cpu_s" in later and earlier.get("pid") == later.get("pid"):
+            total += later["process_cpu_s"] - earlier["process_cpu_s"]
+        else:
+            total += min(max(later["time"] - earlier["time"], 0.0), RUN_GAP)
     return total
 
 

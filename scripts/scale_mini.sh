@@ -100,10 +100,18 @@ for stage in "${stages[@]}"; do
         width192) check_point "$root/width192" "$root/tokens4x/tuned.json" "${width192[@]}" ;;
         betas192)
             point="$root/width192"
+            for recipe in adamw mars_approx mars_exact; do  # (each checked there: its seeds 1-3 are linked below)
+                [[ -d "$point/tuned/$recipe/base" ]] || {
+                    echo "error: $point holds no checked point of $recipe (tuned/$recipe): run the width192 stage with" \
+                         "RECIPES including it to its end first" >&2; exit 2; }
+            done
+            adamw="$(checked "$point" adamw "${width192[@]}")"  # (assigned first: a failure stops the script)
+            mars_approx="$(checked "$point" mars_approx "${width192[@]}")"
+            mars_exact="$(checked "$point" mars_exact "${width192[@]}")"
             python3 -m experiments.sweep "$root/betas192" config/mini.py "${width192[@]}" --seeds 1,2,3 --jobs "$JOBS" \
-                --recipe "adamw@0.95-0.99=$(checked "$point" adamw "${width192[@]}") --beta1=0.95 --beta2=0.99" \
-                --recipe "mars_approx@0.9-0.95=$(checked "$point" mars_approx "${width192[@]}") --beta1=0.9 --beta2=0.95" \
-                --recipe "mars_exact@0.9-0.95=$(checked "$point" mars_exact "${width192[@]}") --beta1=0.9 --beta2=0.95"
+                --recipe "adamw@0.95-0.99=$adamw --beta1=0.95 --beta2=0.99" \
+                --recipe "mars_approx@0.9-0.95=$mars_approx --beta1=0.9 --beta2=0.95" \
+                --recipe "mars_exact@0.9-0.95=$mars_exact --beta1=0.9 --beta2=0.95"
             for own in adamw@0.9-0.95 mars_approx@0.95-0.99 mars_exact@0.95-0.99; do  # (their checked points' runs)
                 ln -sfn "../width192/tuned/${own%@*}" "$root/betas192/$own"
             done

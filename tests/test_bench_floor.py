@@ -18,7 +18,7 @@ import conftest
 from bench.gpu import FLOOR_HEADER, TABLE_HEADER
 from bench.optimizer_step import (
     PLAN_WORLD_SIZES, SMOKE_MODEL, RecordedProducts, matrix_shapes, measure_floors, owner_plan, print_owner_plans,
-    recorded_products,
+    recorded_products, recording_steps,
 )
 from config.models import PRESETS
 from model import GPT, GPTConfig
@@ -160,10 +160,10 @@ def test_optimizer_step_prints_the_floor_rows_of_the_matrix_optimizers():
     proc = run_module("bench.optimizer_step", "--smoke", "--optimizers", "adamw-fused,muon")
     lines = proc.stdout.splitlines()
     # its progress on stderr while it compiles and times (a --quick run takes minutes)
-    assert "warming up (compiling) 2/2: muon" in proc.stderr and "timing: repeat 3/3" in proc.stderr, proc.stderr
-    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["optimizer", "median"]
+    assert "warming up (compiling) 2/2: muon" in proc.stderr and "timing: step 3/3" in proc.stderr, proc.stderr
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["optimizer", "step"]
                   and "floor" in line)
-    for column in ("median step ms", "GFLOP/step", "TFLOP/s at floor", "floor ms", "step/floor", "vs fused AdamW"):
+    for column in ("step ms", "GFLOP/step", "TFLOP/s at floor", "floor ms", "step/floor", "vs fused AdamW"):
         assert column in lines[header]
     floor_rows = {line.split()[0]: line.split() for line in lines[header + 1:] if line and line.split()[0] in
                   ("muon", "adamw-fused")}
@@ -281,3 +281,29 @@ def test_a_compiled_newton_schulz_is_recorded_as_its_eager_form_dispatches():
             iterate(x, 5, "quintic")
         recorded.append(recorder.calls)
     assert recorded[1] == recorded[0] and sum(recorded[0].values()) == 15
+
+
+@pytest.mark.parametrize("name", ["soap", "soap-muon"])
+def test_a_periodic_refresh_is_recorded_at_its_declared_rate_wherever_the_recording_starts(name):
+    """SOAP refreshes its bases every precondition_frequency (10) steps: recorded over recording_steps' whole periods,
+    from any phase of the cycle, the products per step are the declared average (over the benchmark's 3 or 7 steps
+    alone, a refresh counted 1/3 of a step, 1/7, or not at all)."""
+    from test_optim import TINY, tiny_config
+
+    model = GPT(GPTConfig(**TINY))
+    optimizer = build_optimizer(model, tiny_config(optimizer=name, compile=False, precondition_frequency=10), "cpu")
+    declared = optimizer.products()
+    assert recording_steps(declared, 3) == 10 and recording_steps(declared, 12) == 20
+    assert recording_steps([p for p in declared if p.per_step >= 1], 3) == 3
+
+    def steps(count: int):
+        for _ in range(count):
+            for p in model.parameters():
+                p.grad = torch.randn_like(p) * 0.01
+            optimizer.step()
+
+    steps(1)
+    for phase in (0, 4):
+        steps(phase)
+        recorded = step_flops(optimizer, lambda: steps(recording_steps(declared, 3)))
+        assert recorded == pytest.approx(sum(p.flops() for p in declared), rel=1e-12)

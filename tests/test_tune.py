@@ -220,11 +220,12 @@ def test_a_runs_core_time_leaves_out_the_time_it_was_stopped(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert tune.core_seconds(str(tmp_path)) == pytest.approx(3.5 + 3.5 + tune.RUN_GAP + 4.0)
     # train.py's process CPU time, where two rows of one process hold it: 1.75 s of CPU in the 3.5 s a second run
-    # shared the core; a resumed process's clock starts again (lower), and the wall clock counts there
-    for row, cpu in zip(rows, (10.0, 11.75, 13.5, 2.0, 6.0)):
-        row["process_cpu_s"] = cpu
+    # shared the core; across a resume (another pid, its CPU clock started again) the wall clock counts, even where
+    # the new process's CPU time already exceeds the old one's
+    for row, cpu, pid in zip(rows, (10.0, 11.75, 13.5, 20.0, 21.5), (7, 7, 7, 9, 9)):
+        row |= dict(process_cpu_s=cpu, pid=pid)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    assert tune.core_seconds(str(tmp_path)) == pytest.approx(1.75 + 1.75 + tune.RUN_GAP + 4.0)
+    assert tune.core_seconds(str(tmp_path)) == pytest.approx(1.75 + 1.75 + tune.RUN_GAP + 1.5)
 
 
 def test_no_recipe_is_held_to_a_stricter_threshold_than_adamws(tmp_path):
