@@ -11,17 +11,18 @@ Every optimizer of the registry (optim.OPTIMIZERS) is here under its name, built
 it (its hyperparameters' defaults, compiled rules), besides variants written out below. Prints, per
 optimizer: the median time of one step (repeats interleaved across the optimizers, so that load on
 the machine hits them alike; an optimizer with a periodic product, SOAP's refresh every 10 steps, the mean over a
-whole number of its periods: its refreshes amortised, as its floor amortises them), its ratio to torch's fused AdamW, the peak memory a step allocates
-beyond what it starts with, and the optimizer state it keeps.
+whole number of its periods: its refreshes amortised, as its floor amortises them), its ratio to torch's fused
+AdamW, the peak memory a step allocates beyond what it starts with, and the optimizer state it keeps.
 "official-style MARS" re-implements the official code's loop (per parameter, a
 host sync on each norm, out-of-place temporaries) for the record.
 
 Then, for the matrix optimizers among them (optim.contract.MatrixProducts: Muon, Moonlight, MARS-M, MARS-Shampoo,
 Scion, SOAP, Kron, Dion, ...), the floor of their step: the time of the matrix products its steps dispatch, each
 measured alone here and now as the step ran it (recorded_products, then measure_floors: its op on random tensors of
-its operands' shapes, strides and dtypes), beside the step (recorded over a whole number of refresh periods: recording_steps). A row gives the step, its FLOPs, the device's
-rate on those shapes (FLOPs / floor), the floor, step / floor (1.00x: nothing but the products), and the
-step against fused AdamW's. On a CPU these are numbers to read, not targets (NS5 runs in fp32 there).
+its operands' shapes, strides and dtypes), beside the step (recorded over a whole number of refresh periods:
+recording_steps). A row gives the step, its FLOPs, the device's rate on those shapes (FLOPs / floor), the floor,
+step / floor (1.00x: nothing but the products), and the step against fused AdamW's. On a CPU these are numbers to
+read, not targets (NS5 runs in fp32 there).
 
 Last, the owner plan of Newton-Schulz under torch.distributed for this model (--plan: for GPT-2 small and
 XL, llama-124m and llama-720m, without timing anything): over 2, 8 and 32 ranks, each rank's NS5 FLOPs
@@ -497,8 +498,8 @@ def main() -> None:
     # An optimizer with a periodic product (SOAP's refresh every 10 steps) takes a whole number of its periods of
     # steps, and its step is their mean (its refreshes amortised, as its floor amortises them); every other's step
     # is the median of args.repeats steps.
-    periods = {name: recording_steps(matrix_products(optimizers[name]), 1) for name in names}
-    step_counts = {name: recording_steps(matrix_products(optimizers[name]), args.repeats) for name in names}
+    declared = {name: matrix_products(optimizers[name]) for name in names}
+    step_counts = {name: recording_steps(declared[name], args.repeats) for name in names}
     times: dict[str, list[float]] = {name: [] for name in names}
     peaks: dict[str, int] = {name: 0 for name in names}
     for repeat in range(max(step_counts.values())):
@@ -508,7 +509,8 @@ def main() -> None:
             times[name].append(seconds)
             peaks[name] = max(peaks[name], peak)
     print(file=sys.stderr)
-    step_seconds = {name: (statistics.mean if periods[name] > 1 else statistics.median)(times[name]) for name in names}
+    periodic = {name for name in names if recording_steps(declared[name], 1) > 1}
+    step_seconds = {name: (statistics.mean if name in periodic else statistics.median)(times[name]) for name in names}
 
     reference = step_seconds.get("adamw-fused")
     model_bytes = n_params * params[0].element_size()
@@ -521,8 +523,9 @@ def main() -> None:
                     for t in state_tensors(list(s.values())) if t.numel() > 1)  # (not the 0-d step counts)
         print(f"{name:<22} {seconds * 1e3:>10.1f}ms {ratio:>15} {extra:>24} {state / model_bytes:>8.2f}x")
 
-    products = {name: recorded_products(optimizers[name], lambda: [timed_step(name, i) for i in range(step_counts[name])])
-                for name in names if matrix_products(optimizers[name])}  # (over whole refresh periods, as timed)
+    products = {name: recorded_products(optimizers[name], lambda: [timed_step(name, i)  # (whole periods, as timed)
+                                                                   for i in range(step_counts[name])])
+                for name in names if declared[name]}
     if products:
         print()
         floors = measure_floors(products, device, repeats=args.repeats)

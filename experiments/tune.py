@@ -423,9 +423,9 @@ def main(argv: list[str] | None = None) -> str:
 def planned_tunings(args: argparse.Namespace, base: list[str], recipes: dict[str, MiniRecipe] | None = None
                     ) -> tuple[list[RecipeTuning], dict[str, list[str]], dict[str, dict[str, str]]]:
     """Each recipe's tuning as the command line asks (AdamW first), its train.py arguments, and every recipe's
-    starting point (start.json's, else --start-from's, else its config's): every point a search can reach first resolved as train.py
-    resolves it, so a bad key or value stops the command by name before any run. recipes: the mini recipes
-    (config.cells), or these (experiments.compare's, an optimizer from outside among them)."""
+    starting point (start.json's, else --start-from's, else its config's): every point a search can reach first
+    resolved as train.py resolves it, so a bad key or value stops the command by name before any run. recipes: the
+    mini recipes (config.cells), or these (experiments.compare's, an optimizer from outside among them)."""
     from experiments.budget_ladder import stretched
     from config.cells import mini_recipes
 
