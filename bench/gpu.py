@@ -68,8 +68,8 @@ import train
 from bench import print_header
 from bench.memory import allocated_prediction
 from bench.optimizer_step import (
-    FLOOR_COLUMNS, SMOKE_MODEL, Clock, PeakMemory, floor_cells, make_optimizers, matrix_products, measure_floors,
-    recorded_products, recording_steps, steps_on_random_gradients,
+    FLOOR_COLUMNS, SMOKE_MODEL, SMOKE_SETTINGS, Clock, PeakMemory, floor_cells, make_optimizers, matrix_products,
+    measure_floors, recorded_products, recording_steps, steps_on_random_gradients,
 )
 from bench.recipes import VARIANTS, paper_config_args
 from config import CHOICES, TrainConfig, read_config_file
@@ -233,6 +233,8 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
     block_size = SMOKE_MODEL["block_size"] if args.cpu_smoke else files.get("block_size", TrainConfig.block_size)
     system.append(f"--total_batch_size={micro * block_size * args.grad_accum * world_size}")
     cfg = load_config([*paths, *system])
+    if args.cpu_smoke and cfg.optimizer in SMOKE_SETTINGS:
+        cfg = load_config([*paths, *system, *SMOKE_SETTINGS[cfg.optimizer]])
     return cfg, note
 
 
@@ -619,8 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     print()
     print_profiles(rows)
-    # (a CPU smoke run times each product once, without warm-up: it checks the script, and Shampoo's refresh
-    # products on the tiny model, 4096-sided, take seconds each on a CPU)
+    # (a CPU smoke run times each product once, without warm-up: it checks the script, not the floor)
     print_floors(rows, rt.device, *((1, 0) if args.cpu_smoke else (20, 2)), rt.world_size)
     if args.alone_repeats:
         config = GPTConfig(**{**PRESETS["small"], **(SMOKE_MODEL if args.cpu_smoke else {})})
