@@ -115,17 +115,18 @@ def projected(points: list[tuple[float, float, float]], at_parameters: int, at_r
     return centre, float(np.quantile(samples, 0.025)), float(np.quantile(samples, 0.975))
 
 
-def speedup_text(value: tuple[float, float, float] | None) -> str:
+def speedup_text(value: tuple[float, float, float] | None, point_measured: bool) -> str:
     if value is None:
-        return "not yet measured"
+        return "not run at this point" if point_measured else "not yet measured"
     s, low, high = value
     ends = [f"{low:.2f}" if low > 0 else "past the ladder", f"{high:.2f}" if high < math.inf else "past the ladder"]
     return f"{s:.2f}x ({ends[0]} to {ends[1]})"
 
 
 def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
-    """The Markdown table: a row per optimizer measured at the mini, its speedup at each point, the field's, and the
-    projection for GPT-2 small at at_ratio tokens per parameter where all three points are measured."""
+    """The Markdown table: a row per optimizer measured at the mini (once a larger point is measured, per optimizer
+    measured at one: the scale stages run a few), its speedup at each point, the field's, and the projection for
+    GPT-2 small at at_ratio tokens per parameter where all three points are measured."""
     measured = [read_point(os.path.join(repo, point.speedups), point.tokens) for point in POINTS]
     if not measured[0]:
         raise InputError(f"{POINTS[0].speedups}: no speedups at the mini; run experiments.report on the tuning first")
@@ -133,7 +134,8 @@ def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
                              f"parameter)" for p in POINTS), "the field", f"GPT-2 small at {at_ratio:g} tokens per "
                                                                           f"parameter (a projection)"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    for optimizer in sorted(measured[0], key=lambda o: -measured[0][o][0]):
+    larger = set().union(*measured[1:])
+    for optimizer in sorted(larger or measured[0], key=lambda o: -measured[0].get(o, (0.0,))[0]):
         cells = [point.get(optimizer) for point in measured]
         field = f"{FIELD[optimizer][1]:.2f}x" if optimizer in FIELD else ""
         projection = "needs all three points"
@@ -142,7 +144,8 @@ def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
         elif all(cells):
             s, low, high = projected(cells, GPT2_SMALL, at_ratio)
             projection = f"{s:.2f}x ({low:.2f} to {high:.2f})"
-        lines.append("| " + " | ".join([optimizer, *map(speedup_text, cells), field, projection]) + " |")
+        texts = [speedup_text(cell, bool(point)) for cell, point in zip(cells, measured)]
+        lines.append("| " + " | ".join([optimizer, *texts, field, projection]) + " |")
     return "\n".join(lines) + "\n"
 
 

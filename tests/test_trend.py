@@ -69,3 +69,20 @@ def test_an_interval_past_adamws_ladder_is_said_not_projected(tmp_path):
         f.write(f"Muon,,{trend.POINTS[0].tokens},3,2.0,0.01,2.3,2.0,2.6\n")
     with pytest.raises(InputError, match="Muon twice"):
         trend.trend_table(str(tmp_path))
+
+
+def test_once_a_larger_point_is_measured_the_rows_are_its_optimizers(tmp_path):
+    """The scale stages run a few optimizers: once a larger point is measured, the table holds those (a mini-only one
+    would say "not run at this point" twice), and a point measured without an optimizer says so, where a point with
+    no speedups yet says it is not yet measured."""
+    mini, tokens4x, width192 = trend.POINTS
+    write_point(tmp_path, mini, {"Muon": (3.0, 2.9, 3.1), "Kron": (2.0, 1.5, 2.5), "Lion": (0.5, 0.4, 0.6)})
+    assert [line.split(" | ")[0] for line in trend.trend_table(str(tmp_path)).splitlines()[2:]] == [
+        "| Muon", "| Kron", "| Lion"]
+    write_point(tmp_path, tokens4x, {"Muon": (2.0, 1.8, 2.2), "Lion": (0.6, 0.5, 0.7)})
+    table = trend.trend_table(str(tmp_path)).splitlines()[2:]
+    assert [line.split(" | ")[0] for line in table] == ["| Muon", "| Lion"]
+    assert "| 2.00x (1.80 to 2.20) | not yet measured |" in table[0]
+    write_point(tmp_path, width192, {"Muon": (2.5, 2.2, 2.8)})
+    lion = trend.trend_table(str(tmp_path)).splitlines()[3]
+    assert "| 0.60x (0.50 to 0.70) | not run at this point |" in lion and "needs all three points" in lion
