@@ -24,22 +24,6 @@ root="$(out_root)/scale"
 recipes="${RECIPES:-adamw,mars_approx,mars_exact,mars_m,muon}"
 [[ -f data/stdlib_bytes/stdlib_train_000001.bin ]] || python3 -m data.quickstart --tokenizer bytes
 
-# the transfer check at a point (its folder, the tuned.json its recipes start from or "" for the tuned mini's
-# points, then train.py overrides for every run), then AdamW's ladder there at its checked learning rate and decay
-check_point() {
-    local folder="$1" start_from="$2"; shift 2
-    local start=()
-    [[ -z "$start_from" ]] || start=(--start-from "$start_from")
-    python3 -m experiments.tune "$folder" config/mini.py "$@" --stretch 4 --check --recipes "$recipes" --jobs "$JOBS" \
-        "${start[@]}"
-    local tuned
-    tuned="$(python3 -c 'import json, sys; print(" ".join(f"--{k}={v}" for k, v in json.load(open(sys.argv[1]))["adamw"].items()))' "$folder/tuned.json")"
-    local stretch
-    stretch="$(python3 -c 'import sys; from experiments.budget_ladder import stretched; print(stretched(["config/mini.py", "config/mini_adamw.py", *sys.argv[1:]], 4))' "$@")"
-    # shellcheck disable=SC2086  # (the overrides are words)
-    python3 -m experiments.budget_ladder "$folder/tuned" --jobs "$JOBS" "$@" $stretch $tuned
-}
-
 # a recipe's train.py arguments at a point's checked values (its folder, the recipe, then the point's overrides): its
 # mini config files, the values of the folder's tuned.json and its schedule stretched 4x, as the check ran it
 checked() {
@@ -50,6 +34,21 @@ from experiments.budget_ladder import stretched
 folder, recipe, *base = sys.argv[1:]
 args = mini_recipes()[recipe].args.split() + [f"--{k}={v}" for k, v in json.load(open(f"{folder}/tuned.json"))[recipe].items()]
 print(" ".join(args), stretched(["config/mini.py", *base, *args], 4))' "$folder" "$recipe" "$@"
+}
+
+# the transfer check at a point (its folder, the tuned.json its recipes start from or "" for the tuned mini's
+# points, then train.py overrides for every run), then AdamW's ladder there at its checked point (the ladder puts
+# AdamW's config file, given again, after its own: the same resolved config)
+check_point() {
+    local folder="$1" start_from="$2"; shift 2
+    local start=()
+    [[ -z "$start_from" ]] || start=(--start-from "$start_from")
+    python3 -m experiments.tune "$folder" config/mini.py "$@" --stretch 4 --check --recipes "$recipes" --jobs "$JOBS" \
+        "${start[@]}"
+    local adamw
+    adamw="$(checked "$folder" adamw "$@")"
+    # shellcheck disable=SC2086  # (the arguments are words)
+    python3 -m experiments.budget_ladder "$folder/tuned" --jobs "$JOBS" "$@" $adamw
 }
 
 width192=(--n_embd=192 --parametrization=mup --mup_base_width=96)
