@@ -233,8 +233,9 @@ def row_config(model: str, variant: str, args: argparse.Namespace, data_dir: str
     block_size = SMOKE_MODEL["block_size"] if args.cpu_smoke else files.get("block_size", TrainConfig.block_size)
     system.append(f"--total_batch_size={micro * block_size * args.grad_accum * world_size}")
     cfg = load_config([*paths, *system])
-    if args.cpu_smoke and cfg.optimizer in SMOKE_SETTINGS:
-        cfg = load_config([*paths, *system, *SMOKE_SETTINGS[cfg.optimizer]])
+    if args.cpu_smoke and (scaled_down := [f"--{k}={v}" for k, v in SMOKE_SETTINGS.items()
+                                           if hasattr(cfg.hyperparameters, k)]):
+        cfg = load_config([*paths, *system, *scaled_down])
     return cfg, note
 
 

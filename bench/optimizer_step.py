@@ -64,10 +64,10 @@ from optim.sharding import balanced_owners, received_bytes
 # --smoke's model, and bench.gpu --cpu-smoke's: a 2-layer, 32-wide GPT of 32-token windows over a 256-token
 # vocabulary (NS5 of a 50304-wide embedding would take most of a smoke run's time on CPU).
 SMOKE_MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=256)
-# bench.gpu --cpu-smoke's paper settings scaled down with the model: Shampoo's blocks of 8192 would merge its 32 x 128 matrices into
-# one 4096-long vector each, a 4096-sided factor that GPT-2 small (768 x 768 and up: never merged) does not have, and
-# whose root inverses on CPU took most of a smoke run.
-SMOKE_SETTINGS = {"shampoo": ["--max_preconditioner_dim=1024"]}
+# bench.gpu --cpu-smoke's paper settings scaled down with the model, for an optimizer that has them: Shampoo's blocks
+# of 8192 would merge its 32 x 128 matrices into one 4096-long vector each, a 4096-sided factor that GPT-2 small
+# (768 x 768 and up: never merged) does not have, and whose root inverses on CPU took most of a smoke run.
+SMOKE_SETTINGS = {"max_preconditioner_dim": 1024}
 # --plan's models, and the ranks each is shared out over.
 PLAN_MODELS, PLAN_WORLD_SIZES = ("small", "xl", "llama-124m", "llama-720m"), (2, 8, 32)
 
