@@ -1,10 +1,12 @@
 """scripts/: every shell script parses, and runs end to end in its dry-run mode on CPU (DRY_RUN=1:
-2 steps of a tiny model, here on the tiny dataset): scripts/run.sh with every paper cell of config/cells.py, so
-a broken flag never reaches a cluster. Also: the token budget, torchrun with 2 processes, the
+2 steps of a tiny model, here on the tiny dataset): scripts/run.sh with one size of each paper-cell family of
+config/cells.py (a family's sizes differ only in numbers and in the dimensions the dry run replaces: checked for
+every cell), so a broken flag never reaches a cluster. Also: the token budget, torchrun with 2 processes, the
 multi-node rendezvous, resuming by rerunning, the mini reproduction's scripts, and the downstream
 evaluation feeding report.py's table. A dry run stays out of the real run's folder, and paths with spaces
 work."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -18,17 +20,31 @@ from conftest import PRELOADED_BIN, PYTHON, REPO, free_port, tiny_run_args
 from config import read_config_file
 from config.cells import CELLS
 from config.cells import mini_recipes
+from config.models import PRESETS
+from optim import load_config
 
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(str(REPO / "scripts" / "*.sh")))
 
-# The cells scripts/run.sh dry-runs here: the paper's and the MARS-M paper's GPT-2 runs (MARS-exact and the FineWeb-Edu
-# runs included) and the Llama benchmark's AdamW, MARS and Muon (the other cells load in test_paper_configs.py)
+# The paper cells: the paper's and the MARS-M paper's GPT-2 runs (MARS-exact and the FineWeb-Edu runs included) and the
+# Llama benchmark's AdamW, MARS and Muon (the other cells load in test_paper_configs.py)
 PAPER_CELLS = [name for name in CELLS
                if re.fullmatch(r"(gpt2|llama)_[a-z0-9]+_(adamw|mars|muon|mars_m|moonlight)(_exact|_fw)?", name)]
 # What the dry run replaces (scripts/common.sh), and what launch sets per run
 DRY_RUN_KEYS = {"device", "compile", "n_layer", "n_head", "n_embd", "block_size", "micro_batch_size",
                 "total_batch_size", "max_tokens", "max_iters", "warmup_iters", "eval_interval", "eval_sequences",
                 "log_interval", "out_dir", "wandb_run_name", "data_dir"}
+
+
+def family(cell: str) -> str:
+    """A paper cell's name less its size (gpt2_xl_mars_fw: gpt2_mars_fw)."""
+    return re.sub(r"_(small|medium|large|xl|124m|210m|720m)(?=_|$)", "", cell)
+
+
+# The cells dry-run: each family's first size. run.sh launches every cell alike, and a family's other sizes differ
+# from it only in what the dry run replaces and in numbers (test_a_familys_sizes_differ_only_in_numbers), which
+# tests/test_paper_configs.py loads and validates for every cell.
+DRY_RUN_CELLS = [cell for i, cell in enumerate(PAPER_CELLS) if family(cell) not in map(family, PAPER_CELLS[:i])]
+FIRST_OF_FAMILY = {family(cell): cell for cell in DRY_RUN_CELLS}
 
 
 def run_script(script: str, out_root, data_dir: str, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -61,7 +77,7 @@ MINI_PAPER_RECIPES = {"adamw": "AdamW", "muon": "Muon", "mars_exact": "MARS-exac
                       "mars_m": "MARS-M-approx", "moonlight": "Moonlight"}
 # job name: (script, its arguments, extra environment); all run at once (two at a time) in the fixture below
 JOBS = {
-    **{cell: ("run.sh", (cell,), {}) for cell in PAPER_CELLS},
+    **{cell: ("run.sh", (cell,), {}) for cell in DRY_RUN_CELLS},
     "multinode": ("run.sh", ("gpt2_small_mars",), {"NNODES": "1", "RDZV_ENDPOINT": f"localhost:{free_port()}"}),
     "budget": ("run.sh", ("gpt2_small_adamw",), {"TOKENS": "5B"}),
     "torchrun": ("run.sh", ("gpt2_small_muon",), {"NGPU": "2"}),
@@ -89,12 +105,33 @@ def test_bash_syntax(script):
     subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
 
 
-def test_the_paper_cells_are_all_dry_run():
+def test_every_paper_cell_is_checked():
     """The paper's 19 GPT-2 runs, MARS-exact, the 8 FineWeb-Edu runs and the Llama's 9 (a new paper cell joins)."""
     assert len(PAPER_CELLS) == 19 + 1 + 8 + 9
 
 
-@pytest.mark.parametrize("cell", PAPER_CELLS)
+def test_a_familys_sizes_differ_only_in_numbers():
+    """Each paper cell resolves to its family's dry-run cell's config but for the dimensions the dry run replaces
+    (the model presets differ in nothing else) and numbers (learning rates, gradient scale, clipping, betas): a size
+    that sets another kind of value (a parallelism, a schedule, a dtype) makes its own family."""
+    assert len(FIRST_OF_FAMILY) == 13  # GPT-2's AdamW, MARS, Muon, MARS-M, Moonlight, MARS-exact, 4 FineWeb-Edu; Llama's 3
+
+    def settings(cell: str) -> dict:  # (the optimizer's own settings beside the others)
+        config = dataclasses.asdict(load_config([str(REPO / "config" / f"{cell}.py")]))
+        own = config.pop("hyperparameters")
+        return config | {f"hyperparameters.{k}": v for k, v in own.items()}
+
+    for cell in PAPER_CELLS:
+        resolved, reference = settings(cell), settings(FIRST_OF_FAMILY[family(cell)])
+        differ = {key for key in resolved if resolved[key] != reference[key]} - DRY_RUN_KEYS - {"model"}
+        kinds = {key: (type(resolved[key]), type(reference[key])) for key in differ}
+        assert all(set(kind) <= {int, float} for kind in kinds.values()), (cell, kinds)
+        presets = [{k: v for k, v in PRESETS[config["model"]].items() if k not in DRY_RUN_KEYS}
+                   for config in (resolved, reference)]
+        assert presets[0] == presets[1], (cell, presets)
+
+
+@pytest.mark.parametrize("cell", DRY_RUN_CELLS)
 def test_run_sh_dry_runs_each_paper_cell(cell, dry_runs):
     """scripts/run.sh <cell> runs the cell's resolved config (bar what the dry run shrinks) as run <cell>."""
     proc, out_root = dry_runs[cell]
