@@ -12,7 +12,7 @@ size at a fixed data ratio, and a step in data ratio at a fixed size.
 
 The projection assumes the speedup is a power law in both, log S = a + b log(N / N_mini) + c log(r / r_mini) (N the
 non-embedding parameters, r the tokens per parameter), which the three points fix (b from the size step, c from the
-data step), and reads it at GPT-2 small (85M non-embedding parameters) at the data ratio asked (the optimisation
+data step; the table gives each with its interval), and reads it at GPT-2 small (85M non-embedding parameters) at the data ratio asked (the optimisation
 track's 1.7B tokens, 20 per parameter, ...). Its interval: the projection of 20000 draws of the three points, each
 log S normal with the spread its 95% interval gives, their 2.5% and 97.5% quantiles. Two factor-of-4 steps
 extrapolated over a factor of 190 in size: the interval says how little three points pin it, and the law itself is
@@ -88,9 +88,29 @@ def bounded(value: tuple[float, float, float]) -> bool:
     return 0 < low <= s <= high < math.inf
 
 
+Z95 = 1.959964  # a normal's 97.5% quantile
+
+
 def log_spread(low: float, high: float) -> float:
     """The standard deviation of log S that a 95% interval (low, high) gives."""
-    return (math.log(high) - math.log(low)) / (2 * 1.959964)
+    return (math.log(high) - math.log(low)) / (2 * Z95)
+
+
+def log_steps() -> tuple[float, float]:
+    """The law's two steps, in logs: in size (width 192 over the mini, both at the mini's data ratio) and in data
+    ratio (4x the tokens over the mini, both at the mini's size)."""
+    mini, tokens4x, width192 = POINTS
+    return (math.log(width192.parameters / mini.parameters),
+            math.log((tokens4x.tokens / tokens4x.parameters) / (mini.tokens / mini.parameters)))
+
+
+def exponent(base: tuple[float, float, float], stepped: tuple[float, float, float],
+             log_step: float) -> tuple[float, float, float]:
+    """The law's exponent over one step (b for size, c for data ratio): log(S_stepped / S_base) / log_step, with a 95%
+    interval from the two speedups' spreads (independent: each on its own point's AdamW ladder)."""
+    centre = math.log(stepped[0] / base[0]) / log_step
+    spread = math.hypot(log_spread(*base[1:]), log_spread(*stepped[1:])) / log_step
+    return centre, centre - Z95 * spread, centre + Z95 * spread
 
 
 def projected(points: list[tuple[float, float, float]], at_parameters: int, at_ratio: float,
@@ -99,9 +119,8 @@ def projected(points: list[tuple[float, float, float]], at_parameters: int, at_r
     quantiles of the same over draws of the points (each log S normal, its spread from its interval)."""
     import numpy as np
 
-    mini, tokens4x, width192 = POINTS
-    size_step = math.log(width192.parameters / mini.parameters)
-    data_step = math.log((tokens4x.tokens / tokens4x.parameters) / (mini.tokens / mini.parameters))
+    mini = POINTS[0]
+    size_step, data_step = log_steps()
     to_size = math.log(at_parameters / mini.parameters)
     to_ratio = math.log(at_ratio / (mini.tokens / mini.parameters))
 
@@ -123,18 +142,30 @@ def speedup_text(value: tuple[float, float, float] | None, point_measured: bool)
     return f"{s:.2f}x ({ends[0]} to {ends[1]})"
 
 
+def exponent_text(base: tuple[float, float, float] | None, stepped: tuple[float, float, float] | None,
+                  log_step: float) -> str:
+    if base is None or stepped is None:
+        return "needs both points"
+    if not (bounded(base) and bounded(stepped)):
+        return "an interval past AdamW's ladder"
+    centre, low, high = exponent(base, stepped, log_step)
+    return f"{centre:+.2f} ({low:+.2f} to {high:+.2f})"
+
+
 def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
     """The Markdown table: a row per optimizer measured at the mini (once a larger point is measured, per optimizer
-    measured at one: the scale stages run a few), its speedup at each point, the field's, and the projection for
-    GPT-2 small at at_ratio tokens per parameter where all three points are measured."""
+    measured at one: the scale stages run a few), its speedup at each point, the law's exponents each step measures,
+    the field's, and the projection for GPT-2 small at at_ratio tokens per parameter where all three points are
+    measured."""
     measured = [read_point(os.path.join(repo, point.speedups), point.tokens) for point in POINTS]
     if not measured[0]:
         raise InputError(f"{POINTS[0].speedups}: no speedups at the mini; run experiments.report on the tuning first")
     header = ["optimizer", *(f"{p.name} ({p.parameters / 1e6:.2f}M, {p.tokens / p.parameters:.1f} tokens per "
-                             f"parameter)" for p in POINTS), "the field", f"GPT-2 small at {at_ratio:g} tokens per "
-                                                                          f"parameter (a projection)"]
+                             f"parameter)" for p in POINTS),
+              "b, the size exponent (width 192 over the mini)", "c, the data-ratio exponent (4x the tokens over the mini)",
+              "the field", f"GPT-2 small at {at_ratio:g} tokens per parameter (a projection)"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    larger = set().union(*measured[1:])
+    larger, (size_step, data_step) = set().union(*measured[1:]), log_steps()
     for optimizer in sorted(larger or measured[0], key=lambda o: -measured[0].get(o, (0.0,))[0]):
         cells = [point.get(optimizer) for point in measured]
         field = f"{FIELD[optimizer][1]:.2f}x" if optimizer in FIELD else ""
@@ -145,6 +176,7 @@ def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
             s, low, high = projected(cells, GPT2_SMALL, at_ratio)
             projection = f"{s:.2f}x ({low:.2f} to {high:.2f})"
         texts = [speedup_text(cell, bool(point)) for cell, point in zip(cells, measured)]
+        texts += [exponent_text(cells[0], cells[2], size_step), exponent_text(cells[0], cells[1], data_step)]
         lines.append("| " + " | ".join([optimizer, *texts, field, projection]) + " |")
     return "\n".join(lines) + "\n"
 

@@ -44,9 +44,15 @@ def test_the_projection_is_the_law_through_the_three_points(tmp_path):
     table = trend.trend_table(str(tmp_path))
     muon = next(line for line in table.splitlines() if line.startswith("| Muon "))
     assert f"{expected:.2f}x" in muon and "1.52x" in muon  # (the track's, beside)
+    size, data = (trend.exponent(cells[0], cells[i], step) for i, step in ((2, trend.log_steps()[0]),
+                                                                            (1, trend.log_steps()[1])))
+    assert size[0] == pytest.approx(-0.2, abs=1e-9) and data[0] == pytest.approx(-0.1, abs=1e-9)
+    assert size[1] < -0.2 < size[2] and data[1] < -0.1 < data[2]
+    assert f"| {size[0]:+.2f} ({size[1]:+.2f} to {size[2]:+.2f}) | {data[0]:+.2f} (" in muon, muon
     (tmp_path / trend.POINTS[2].speedups).unlink()
     muon = next(line for line in trend.trend_table(str(tmp_path)).splitlines() if line.startswith("| Muon "))
     assert "not yet measured" in muon and "needs all three points" in muon
+    assert f"| needs both points | {data[0]:+.2f} (" in muon  # (the data step measured, the size step not)
 
 
 def test_no_mini_speedups_is_named(tmp_path):
@@ -63,6 +69,7 @@ def test_an_interval_past_adamws_ladder_is_said_not_projected(tmp_path):
     muon = next(line for line in table.splitlines() if line.startswith("| Muon "))
     lion = next(line for line in table.splitlines() if line.startswith("| Lion "))
     assert "2.20x (1.90 to past the ladder)" in muon and "an interval past AdamW's ladder" in muon
+    assert muon.count("an interval past AdamW's ladder") == 3  # (both exponents and the projection)
     assert "0.50x (past the ladder to 0.60)" in lion
     write_point(tmp_path, trend.POINTS[0], {"Muon": (2.2, 1.9, 2.5)})
     with open(tmp_path / trend.POINTS[0].speedups, "a") as f:
