@@ -12,8 +12,8 @@ size at a fixed data ratio, and a step in data ratio at a fixed size.
 
 The projection assumes the speedup is a power law in both, log S = a + b log(N / N_mini) + c log(r / r_mini) (N the
 non-embedding parameters, r the tokens per parameter), which the three points fix (b from the size step, c from the
-data step; the table gives each with its interval), and reads it at GPT-2 small (85M non-embedding parameters) at the data ratio asked (the optimisation
-track's 1.7B tokens, 20 per parameter, ...). Its interval: the projection of 20000 draws of the three points, each
+data step; the table gives each with its interval), and reads it at GPT-2 small (85M non-embedding parameters) at the
+data ratio asked (the optimisation track's 1.7B tokens, 20 per parameter, ...). Its interval: the projection of 20000 draws of the three points, each
 log S normal with the spread its 95% interval gives, their 2.5% and 97.5% quantiles. Two factor-of-4 steps
 extrapolated over a factor of 190 in size: the interval says how little three points pin it, and the law itself is
 an assumption the points cannot test.
@@ -162,11 +162,11 @@ def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
         raise InputError(f"{POINTS[0].speedups}: no speedups at the mini; run experiments.report on the tuning first")
     header = ["optimizer", *(f"{p.name} ({p.parameters / 1e6:.2f}M, {p.tokens / p.parameters:.1f} tokens per "
                              f"parameter)" for p in POINTS),
-              "b, the size exponent (width 192 over the mini)", "c, the data-ratio exponent (4x the tokens over the mini)",
-              "the field", f"GPT-2 small at {at_ratio:g} tokens per parameter (a projection)"]
+              "b, the size exponent (width 192 over the mini)",
+              "c, the data-ratio exponent (4x the tokens over the mini)", "the field", f"GPT-2 small at {at_ratio:g} tokens per parameter (a projection)"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     larger, (size_step, data_step) = set().union(*measured[1:]), log_steps()
-    for optimizer in sorted(larger or measured[0], key=lambda o: -measured[0].get(o, (0.0,))[0]):
+    for optimizer in sorted(larger or measured[0], key=lambda o: (-measured[0].get(o, (0.0,))[0], o)):
         cells = [point.get(optimizer) for point in measured]
         field = f"{FIELD[optimizer][1]:.2f}x" if optimizer in FIELD else ""
         projection = "needs all three points"

@@ -105,16 +105,17 @@ def test_bash_syntax(script):
     subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
 
 
-def test_every_paper_cell_is_checked():
+def test_the_paper_cells_count():
     """The paper's 19 GPT-2 runs, MARS-exact, the 8 FineWeb-Edu runs and the Llama's 9 (a new paper cell joins)."""
     assert len(PAPER_CELLS) == 19 + 1 + 8 + 9
 
 
 def test_a_familys_sizes_differ_only_in_numbers():
     """Each paper cell resolves to its family's dry-run cell's config but for the dimensions the dry run replaces
-    (the model presets differ in nothing else) and numbers (learning rates, gradient scale, clipping, betas): a size
-    that sets another kind of value (a parallelism, a schedule, a dtype) makes its own family."""
-    assert len(FIRST_OF_FAMILY) == 13  # GPT-2's AdamW, MARS, Muon, MARS-M, Moonlight, MARS-exact, 4 FineWeb-Edu; Llama's 3
+    (the model presets differ in nothing else) and numbers (learning rates, gradient scale, clipping, betas), each
+    zero where the other is: a size that sets another kind of value (a parallelism, a schedule, a dtype) or turns a
+    numeric one on or off (an evaluation interval, dropout, clipping) makes its own family."""
+    assert len(FIRST_OF_FAMILY) == 13  # GPT-2: AdamW, MARS, Muon, MARS-M, Moonlight, MARS-exact, 4 FineWeb-Edu; Llama: 3
 
     def settings(cell: str) -> dict:  # (the optimizer's own settings beside the others)
         config = dataclasses.asdict(load_config([str(REPO / "config" / f"{cell}.py")]))
@@ -126,6 +127,8 @@ def test_a_familys_sizes_differ_only_in_numbers():
         differ = {key for key in resolved if resolved[key] != reference[key]} - DRY_RUN_KEYS - {"model"}
         kinds = {key: (type(resolved[key]), type(reference[key])) for key in differ}
         assert all(set(kind) <= {int, float} for kind in kinds.values()), (cell, kinds)
+        switched = {key for key in differ if (resolved[key] == 0) != (reference[key] == 0)}
+        assert not switched, (cell, switched)
         presets = [{k: v for k, v in PRESETS[config["model"]].items() if k not in DRY_RUN_KEYS}
                    for config in (resolved, reference)]
         assert presets[0] == presets[1], (cell, presets)

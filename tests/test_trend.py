@@ -47,7 +47,9 @@ def test_the_projection_is_the_law_through_the_three_points(tmp_path):
     size, data = (trend.exponent(cells[0], cells[i], step) for i, step in ((2, trend.log_steps()[0]),
                                                                             (1, trend.log_steps()[1])))
     assert size[0] == pytest.approx(-0.2, abs=1e-9) and data[0] == pytest.approx(-0.1, abs=1e-9)
-    assert size[1] < -0.2 < size[2] and data[1] < -0.1 < data[2]
+    # each interval: the two points' log-spreads (ln 1.1 / 1.96 each, planted) in quadrature, over the step
+    for (centre, low, high), step in zip((size, data), trend.log_steps()):
+        assert high - centre == pytest.approx(centre - low) == pytest.approx(math.sqrt(2) * math.log(1.1) / step)
     assert f"| {size[0]:+.2f} ({size[1]:+.2f} to {size[2]:+.2f}) | {data[0]:+.2f} (" in muon, muon
     (tmp_path / trend.POINTS[2].speedups).unlink()
     muon = next(line for line in trend.trend_table(str(tmp_path)).splitlines() if line.startswith("| Muon "))
