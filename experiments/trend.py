@@ -13,10 +13,10 @@ size at a fixed data ratio, and a step in data ratio at a fixed size.
 The projection assumes the speedup is a power law in both, log S = a + b log(N / N_mini) + c log(r / r_mini) (N the
 non-embedding parameters, r the tokens per parameter), which the three points fix (b from the size step, c from the
 data step; the table gives each with its interval), and reads it at GPT-2 small (85M non-embedding parameters) at the
-data ratio asked (the optimisation track's 1.7B tokens, 20 per parameter, ...). Its interval: the projection of 20000 draws of the three points, each
-log S normal with the spread its 95% interval gives, their 2.5% and 97.5% quantiles. Two factor-of-4 steps
-extrapolated over a factor of 190 in size: the interval says how little three points pin it, and the law itself is
-an assumption the points cannot test.
+data ratio asked (the optimisation track's 1.7B tokens, 20 per parameter, ...). Its interval: the projection of
+20000 draws of the three points, each log S normal with the spread its 95% interval gives, their 2.5% and 97.5%
+quantiles. Two factor-of-4 steps extrapolated over a factor of 190 in size: the interval says how little three points
+pin it, and the law itself is an assumption the points cannot test.
 """
 
 from __future__ import annotations
@@ -72,13 +72,28 @@ def read_point(path: str, tokens: int) -> dict[str, tuple[float, float, float]]:
     measured yet."""
     if not os.path.exists(path):
         return {}
-    found = {}
+    found, columns = {}, ("optimizer", "tokens", "speedup", "low", "high")
+    rewrite = "rewrite it with python -m experiments.report on the point's runs"
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if row["low"] and row["high"] and int(float(row["tokens"])) == tokens:
+        reader = csv.DictReader(f)
+        if not set(columns) <= set(reader.fieldnames or ()):
+            raise InputError(f"{path}: not a speedups.csv of experiments.report (its columns {', '.join(columns)} "
+                             f"are not all there); {rewrite}")
+        for row in reader:
+            try:
+                if any(row[key] is None for key in columns):
+                    raise ValueError("a cut row")
+                point_tokens = int(float(row["tokens"]))
+                values = tuple(float(row[key]) for key in ("speedup", "low", "high")) if row["low"] and row["high"] \
+                    else None
+                if values and any(math.isnan(v) for v in values):
+                    raise ValueError("NaN")
+            except ValueError as e:
+                raise InputError(f"{path}, line {reader.line_num}: unreadable ({e}); {rewrite}") from None
+            if values and point_tokens == tokens:
                 if row["optimizer"] in found:
                     raise InputError(f"{path}: {row['optimizer']} twice at {tokens} tokens")
-                found[row["optimizer"]] = (float(row["speedup"]), float(row["low"]), float(row["high"]))
+                found[row["optimizer"]] = values
     return found
 
 
@@ -163,7 +178,8 @@ def trend_table(repo: str = REPO, at_ratio: float = 20.0) -> str:
     header = ["optimizer", *(f"{p.name} ({p.parameters / 1e6:.2f}M, {p.tokens / p.parameters:.1f} tokens per "
                              f"parameter)" for p in POINTS),
               "b, the size exponent (width 192 over the mini)",
-              "c, the data-ratio exponent (4x the tokens over the mini)", "the field", f"GPT-2 small at {at_ratio:g} tokens per parameter (a projection)"]
+              "c, the data-ratio exponent (4x the tokens over the mini)", "the field",
+              f"GPT-2 small at {at_ratio:g} tokens per parameter (a projection)"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     larger, (size_step, data_step) = set().union(*measured[1:]), log_steps()
     for optimizer in sorted(larger or measured[0], key=lambda o: (-measured[0].get(o, (0.0,))[0], o)):

@@ -115,7 +115,8 @@ def test_a_familys_sizes_differ_only_in_numbers():
     (the model presets differ in nothing else) and numbers (learning rates, gradient scale, clipping, betas), each
     zero where the other is: a size that sets another kind of value (a parallelism, a schedule, a dtype) or turns a
     numeric one on or off (an evaluation interval, dropout, clipping) makes its own family."""
-    assert len(FIRST_OF_FAMILY) == 13  # GPT-2: AdamW, MARS, Muon, MARS-M, Moonlight, MARS-exact, 4 FineWeb-Edu; Llama: 3
+    # GPT-2's AdamW, MARS, Muon, MARS-M, Moonlight, MARS-exact and four on FineWeb-Edu; the Llama's three
+    assert len(FIRST_OF_FAMILY) == 13
 
     def settings(cell: str) -> dict:  # (the optimizer's own settings beside the others)
         config = dataclasses.asdict(load_config([str(REPO / "config" / f"{cell}.py")]))

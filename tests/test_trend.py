@@ -3,6 +3,7 @@ GPT-2 small as a projection, on speedups.csv files written here in experiments.r
 
 import csv
 import math
+import re
 
 import pytest
 
@@ -95,3 +96,19 @@ def test_once_a_larger_point_is_measured_the_rows_are_its_optimizers(tmp_path):
     write_point(tmp_path, width192, {"Muon": (2.5, 2.2, 2.8)})
     lion = trend.trend_table(str(tmp_path)).splitlines()[3]
     assert "| 0.60x (0.50 to 0.70) | not run at this point |" in lion and "needs all three points" in lion
+
+
+@pytest.mark.parametrize("damage, named", [("cut", "line 3: unreadable (a cut row)"), ("nan", "unreadable (NaN)"),
+                                           ("text", "could not convert"), ("empty", "not a speedups.csv")])
+def test_a_damaged_speedups_csv_is_named(tmp_path, damage, named):
+    """A speedups.csv cut short, with a NaN or a word where a number goes, or empty: refused by file and line, with
+    the command that rewrites it, never read as a shorter or different table."""
+    for point in trend.POINTS[:2]:
+        write_point(tmp_path, point, {"Muon": (2.5, 2.2, 2.8), "Lion": (0.5, 0.4, 0.6)})
+    path = tmp_path / trend.POINTS[1].speedups
+    text = path.read_text()
+    path.write_text({"cut": text[:text.index("Muon") + 12], "nan": text.replace("2.5,2.2", "nan,2.2"),
+                     "text": text.replace("2.5,2.2", "fast,2.2"), "empty": ""}[damage])
+    with pytest.raises(InputError, match=re.escape(named)) as error:
+        trend.trend_table(str(tmp_path))
+    assert "experiments.report" in str(error.value)
