@@ -390,8 +390,9 @@ class Kron(MatrixProducts, GroupState, ListwiseOptimizer):
             for d, (side, diag) in enumerate(zip(layout.padded, layout.diagonal)):
                 one = torch.ones(side, device=p.device) if diag else torch.eye(side, device=p.device)
                 q = (scale * one).expand(layout.blocks, *one.shape).clone()
-                if isinstance(p, DTensor):  # sharded over the blocks, as the parameter over its rows
-                    q = distribute_tensor(q, p.device_mesh, [Shard(0)])
+                if isinstance(p, DTensor):  # sharded over the blocks, as the parameter over its rows; every rank
+                    # holds the same q, so each keeps its own blocks (src_data_rank=None) rather than take rank 0's
+                    q = distribute_tensor(q, p.device_mesh, [Shard(0)], src_data_rank=None)
                 state[f"q{d}"] = q
         return state
 
@@ -427,7 +428,8 @@ class Kron(MatrixProducts, GroupState, ListwiseOptimizer):
         beta1 = self.param_groups[0]["beta1"]
         torch._foreach_lerp_(local(exp_avgs), local([p.grad for p in params]), 1.0 - beta1)
         layouts = [self.layouts[id(p)] for p in params]
-        units = [[m] + [s[f"q{d}"] for d in range(len(layout.shape))] for m, s, layout in zip(exp_avgs, states, layouts)]
+        units = [[m] + [s[f"q{d}"] for d in range(len(layout.shape))]
+                 for m, s, layout in zip(exp_avgs, states, layouts)]
         debias = 1 - beta1**t
 
         def kron_step(indices: list[int], wholes: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:

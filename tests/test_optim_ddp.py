@@ -97,7 +97,9 @@ def run_on_fixed_gradients(sharded: bool = False) -> tuple[dict[str, list[torch.
             for _ in range(STEPS):
                 for p in model.parameters():
                     grad = torch.randn(p.shape, generator=gen) * 0.1
-                    p.grad = distribute_tensor(grad, p.device_mesh, p.placements) if sharded else grad
+                    if sharded:  # (the same on every rank: each keeps its own rows, src_data_rank=None, no scatter)
+                        grad = distribute_tensor(grad, p.device_mesh, p.placements, src_data_rank=None)
+                    p.grad = grad
                 with counted_calls(watched) as counts:
                     optimizer.step()
                 steps.append(counts)

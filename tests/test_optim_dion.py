@@ -224,7 +224,8 @@ def collectives_of_fsdp_steps(rt) -> dict:
         gen, steps = torch.Generator().manual_seed(1), []
         for _ in range(FSDP_STEPS):
             for p in model.parameters():
-                p.grad = distribute_tensor(torch.randn(p.shape, generator=gen) * 0.1, p.device_mesh, p.placements)
+                grad = torch.randn(p.shape, generator=gen) * 0.1  # (the same on every rank: no scatter)
+                p.grad = distribute_tensor(grad, p.device_mesh, p.placements, src_data_rank=None)
             with Collectives() as collectives:
                 optimizer.step()
             steps.append(collectives.calls)
