@@ -358,8 +358,10 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
         start = f"{statistics.mean(t.start_losses):.4f}" if t.start_losses else "-"
         runs = f"{len(t.search_runs)}{' (capped)' if t.capped else ''}"
         noise = f"{t.noise:.4f}" + (f" ({t.threshold:.4f})" if t.threshold < t.noise else "")
-        lines.append(f"| {t.recipe} | {runs} | {noise} | {start} | {changed} | {final} | "
-                     f"{t.sensitivity.get('0.5x', math.inf):.4f} | {t.sensitivity.get('2x', math.inf):.4f} | "
+        # (a check runs no sensitivity: "not run", where "inf" would read as diverged)
+        half, double = (f"{t.sensitivity[label]:.4f}" if label in t.sensitivity else "not run"
+                        for label in ("0.5x", "2x"))
+        lines.append(f"| {t.recipe} | {runs} | {noise} | {start} | {changed} | {final} | {half} | {double} | "
                      f"{hours[t.recipe]:.1f} |")
     lines += ["", f"In all: {sum(map(len, runs_of.values()))} finished runs, {sum(hours.values()):.1f} core-hours."]
     for t in tunings:

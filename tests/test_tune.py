@@ -142,7 +142,7 @@ def test_a_rerun_starts_from_the_recorded_start_not_from_a_config_since_tuned(tm
     assert unbegun.returncode == 2 and "holds no tuning of muon" in unbegun.stderr, unbegun.stderr
 
 
-def test_the_transfer_check_walks_the_learning_rate_past_its_edge_and_ends_at_seeds_1_to_3():
+def test_the_transfer_check_walks_the_learning_rate_past_its_edge_and_ends_at_seeds_1_to_3(tmp_path):
     """--check at a new point: one round over the learning rate from the carried point, a value that wins at the
     grid's edge extending the grid (the walk to 4x the start), the tuned point at seeds 1-3 and no sensitivity runs."""
     tuner = SyntheticTuner(check=True)
@@ -151,6 +151,8 @@ def test_the_transfer_check_walks_the_learning_rate_past_its_edge_and_ends_at_se
     tuned = tuner.point(result, result.centre)
     assert result.final.losses == pytest.approx([2.0, 2.01, 1.99]) and not result.sensitivity
     assert {s for p, s in tuner.asked if p == tuned} == {1, 2, 3}
+    row = next(line for line in tune.write_outputs(str(tmp_path), [result]).splitlines() if line.startswith("| adamw"))
+    assert row.split(" | ")[6:8] == ["not run", "not run"], row  # (not "inf", which reads as diverged)
     assert tune.check_keys(["config/mini.py"], "adamw") == ["learning_rate", "weight_decay"]
     assert tune.check_keys(["config/mini.py"], "muon") == ["learning_rate"]
 
