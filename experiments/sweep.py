@@ -461,22 +461,27 @@ def main(argv: list[str] | None = None) -> str:
     return text
 
 
+def chosen_mini_recipes(spec: str) -> dict:
+    """--recipes: "mini", every mini recipe of the registry (config.cells), or "mini:NAME,NAME", those."""
+    from config.cells import mini_recipes
+
+    kind, _, listed = spec.partition(":")
+    every, names = mini_recipes(), [n for n in listed.split(",") if n]
+    unknown = [n for n in names if n not in every]
+    if kind != "mini":
+        raise InputError(f"--recipes {spec}: give mini (every mini recipe) or mini:NAME,NAME")
+    if unknown:
+        raise InputError(f"--recipes: no mini recipe {unknown[0]!r}; the mini recipes are {', '.join(every)}")
+    return {n: every[n] for n in names} if names else every
+
+
 def run_sweep(args: argparse.Namespace, overrides: list[str]) -> str:
     """Check the whole sweep, then run it and write its outputs; the table as text."""
     if args.grid and args.coordinate:
         raise InputError("give --grid or --coordinate, not both")
     recipes = {name: value.split() for name, _, value in (r.partition("=") for r in args.recipe)}
     if args.recipes:
-        from config.cells import mini_recipes
-
-        kind, _, listed = args.recipes.partition(":")
-        chosen, names = mini_recipes(), [n for n in listed.split(",") if n]
-        unknown = [n for n in names if n not in chosen]
-        if kind != "mini":
-            raise InputError(f"--recipes {args.recipes}: give mini (every mini recipe) or mini:NAME,NAME")
-        if unknown:
-            raise InputError(f"--recipes: no mini recipe {unknown[0]!r}; the mini recipes are {', '.join(chosen)}")
-        chosen = {n: chosen[n] for n in names} if names else chosen
+        chosen = chosen_mini_recipes(args.recipes)
         recipes |= {name: recipe.args.split() for name, recipe in chosen.items()}
         if args.mini_grid:
             args.grid += [f"{name}:learning_rate={','.join(f'{lr:g}' for lr in recipe.learning_rates)}"

@@ -114,6 +114,17 @@ def test_bad_sweep_arguments_stop_it_before_anything_runs(bad, bad_sweeps):
     assert not os.path.exists(folder)  # no run started, no folder made
 
 
+def test_recipes_mini_chooses_every_registry_optimizers_mini_recipes():
+    """--recipes mini (scripts/mini_sweep.sh's, RECIPES unset): every mini recipe of every registry optimizer, as
+    the resume matrix trains each; mini:NAME,NAME those alone, in that order."""
+    from config.cells import MINI_RECIPES
+    from optim import OPTIMIZERS
+
+    every = [name for spec in OPTIMIZERS.values() for name in MINI_RECIPES[spec.name]]
+    assert list(sweep.chosen_mini_recipes("mini")) == every and len(every) >= len(OPTIMIZERS)
+    assert list(sweep.chosen_mini_recipes("mini:soap,adamw")) == ["soap", "adamw"]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_ctrl_c_stops_the_runs_and_says_how_to_go_on(sig, tiny_dataset, tmp_path):
     """SIGINT (Ctrl-C) or SIGTERM (a scheduler's preemption) to the sweep alone: the running run saves a
