@@ -179,6 +179,14 @@ class Tuner:
             sweep.run_points(self.root, points, list(seeds), self.base, self.recipes, self.jobs, [], self.launcher)
         return {p: sweep.score(self.root, p, list(seeds)) for p in points}
 
+    def unrun(self, tuning: RecipeTuning, centre: dict[str, str], key: str, values: list[str]) -> list[str]:
+        """--report-only: the values of key whose seed-1 run, the other keys at the centre, neither finished nor
+        diverged (a value the ladder gained after the search ran, not a divergence); [] otherwise."""
+        if not self.report_only:
+            return []
+        scores = self.scores([self.point(tuning, centre | {key: v}) for v in values], (SEARCH_SEED,))
+        return [v for v, score in zip(values, scores.values()) if not score.losses and not score.diverged]
+
     def losses(self, tuning: RecipeTuning, centre: dict[str, str], key: str, values: list[str]) -> dict[str, float]:
         """Seed 1's loss at each value of key, the other keys at the centre (inf: diverged or not run)."""
         points = [self.point(tuning, centre | {key: v}) for v in values]
@@ -198,12 +206,15 @@ class Tuner:
         best_loss = self.scores([start], (SEARCH_SEED,))[start].mean
 
         def try_values(key: str, values: list[str]) -> dict[str, float] | None:
-            """Seed 1 at these values of key, unless that would pass the budget (None)."""
+            """Seed 1 at these values of key, unless that would pass the budget (None); --report-only: those that
+            ran (the budget counted as the search counted it: with every value it would have tried)."""
             new = {(self.point(tuning, centre | {key: v}), SEARCH_SEED) for v in values} - tuning.search_runs
             if budget is not None and len(tuning.search_runs | new) > budget:
                 tuning.capped = budget
                 return None
-            tuning.search_runs |= new
+            unrun = self.unrun(tuning, centre, key, values)
+            values = [v for v in values if v not in unrun]
+            tuning.search_runs |= {(self.point(tuning, centre | {key: v}), SEARCH_SEED) for v in values}
             return self.losses(tuning, centre, key, values)
 
         for round_ in range(1, max_rounds + 1):
@@ -235,9 +246,11 @@ class Tuner:
         tuned = self.point(tuning, centre)
         tuning.final = self.scores([tuned], (SEARCH_SEED, *self.final_seeds))[tuned]
         link_tuned(self.root, tuning.recipe, tuned, (SEARCH_SEED, *self.final_seeds))
-        for label, direction in (("0.5x", -1), ("2x", +1)) if self.sensitivity else ():  # two steps of 2^(1/2) on the learning rate's ladder
+        # the sensitivity: two steps of 2^(1/2) on the learning rate's ladder each way
+        for label, direction in (("0.5x", -1), ("2x", +1)) if self.sensitivity else ():
             lr = ladder_ahead("learning_rate", centre["learning_rate"], direction, tuning.start, 2)[-1]
-            tuning.sensitivity[label] = self.losses(tuning, centre, "learning_rate", [lr])[lr]
+            if not self.unrun(tuning, centre, "learning_rate", [lr]):
+                tuning.sensitivity[label] = self.losses(tuning, centre, "learning_rate", [lr])[lr]
         return tuning
 
 
