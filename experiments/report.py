@@ -742,10 +742,10 @@ def speedup_section(runs: list[Run], gpu: GpuRows, speedups: list[dict] | None =
              "training step over the optimizer's (forward-backward, MARS-exact's second one included, and the "
              "optimizer step), as measured on one GPU (results/gpu/whole_steps.json, the newest row per card, "
              "model and optimizer): the GPU time AdamW needs to reach the optimizer's loss over the optimizer's, "
-             "were the testbed's speedup to hold at that model's step times. The rows are "
-             f"{GPU_MODEL}'s on the card that measured AdamW and the most other optimizers on it (the newest on a "
-             "tie), one card for the whole column; --gpu-rows CARD:MODEL picks others. An optimizer without a "
-             "measured row gets an empty cell."]
+             f"were the testbed's speedup to hold at that model's step times. The rows are {gpu.model}'s on "
+             f"{gpu.card}, one card for the whole column (by default {GPU_MODEL}'s on the card that measured AdamW "
+             "and the most other optimizers on it, the newest on a tie; --gpu-rows CARD:MODEL picks others). An "
+             "optimizer without a measured row gets an empty cell."]
     for setting, setting_runs in speedup_settings(runs).items():
         ladder = adamw_ladder(setting_runs)
         curve = AdamWCurve.of(ladder)

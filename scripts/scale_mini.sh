@@ -14,7 +14,8 @@
 #             recipe from its point checked at 4x the tokens (the same steps: mup carries it across width, the
 #             declared transfer rule), the transfer check and AdamW's ladder there
 #   betas192  AGI-Arena/MARS issue 7 at width 192: AdamW at MARS's betas and MARS at AdamW's, each at its point
-#             checked there (whose seeds 1-3, linked, are the other column), seeds 1-3
+#             checked there (AdamW's and MARS-approx's seeds 1-3 there, linked, are the other column; MARS-exact, whose
+#             tuned beta2 is 0.995, runs MARS's betas too), seeds 1-3
 # STAGES=tokens4x,transfer: only those (betas192 after width192); RECIPES: the recipes of the checks (default the mission's five).
 # Results in out/scale/<stage>/ (tuning.md, tuned/report/report.md; transfer.md and transfer.png; gaps.md).
 source "$(dirname "$0")/common.sh"
@@ -86,6 +87,7 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.gaps "$root/swaps" \
                 --variants gpt2,rope,rmsnorm,swiglu,no-layer-scale,embeddings-on-adamw,llama ;;
         betas)  # AGI-Arena/MARS issue 7: AdamW at MARS's betas (0.95, 0.99), MARS at AdamW's (0.9, 0.95)
+            # (MARS-exact's tuned recipe has beta2 0.995: its MARS's-betas runs set (0.95, 0.99), as the others')
             mars_approx="config/mini_mars.py config/mini_mars_approx.py"
             mars_exact="config/mini_mars.py config/mini_mars_exact.py"
             python3 -m experiments.sweep "$root/betas" config/mini.py --seeds 1,2,3 --jobs "$JOBS" \
@@ -93,13 +95,13 @@ for stage in "${stages[@]}"; do
                 --recipe "adamw@0.95-0.99=config/mini_adamw.py --beta1=0.95 --beta2=0.99" \
                 --recipe "mars_approx@0.95-0.99=$mars_approx" \
                 --recipe "mars_approx@0.9-0.95=$mars_approx --beta1=0.9 --beta2=0.95" \
-                --recipe "mars_exact@0.95-0.99=$mars_exact" \
+                --recipe "mars_exact@0.95-0.99=$mars_exact --beta1=0.95 --beta2=0.99" \
                 --recipe "mars_exact@0.9-0.95=$mars_exact --beta1=0.9 --beta2=0.95"
             python3 -m experiments.gaps "$root/betas" --variants 0.9-0.95,0.95-0.99 ;;
         width192) check_point "$root/width192" "$root/tokens4x/tuned.json" "${width192[@]}" ;;
         betas192)
             point="$root/width192"
-            for recipe in adamw mars_approx mars_exact; do  # (each checked there: its seeds 1-3 are linked below)
+            for recipe in adamw mars_approx mars_exact; do  # (each from its point checked there)
                 [[ -d "$point/tuned/$recipe/base" ]] || {
                     echo "error: $point holds no checked point of $recipe (tuned/$recipe): run the width192 stage with" \
                          "RECIPES including it to its end first" >&2; exit 2; }
@@ -110,8 +112,10 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.sweep "$root/betas192" config/mini.py "${width192[@]}" --seeds 1,2,3 --jobs "$JOBS" \
                 --recipe "adamw@0.95-0.99=$adamw --beta1=0.95 --beta2=0.99" \
                 --recipe "mars_approx@0.9-0.95=$mars_approx --beta1=0.9 --beta2=0.95" \
-                --recipe "mars_exact@0.9-0.95=$mars_exact --beta1=0.9 --beta2=0.95"
-            for own in adamw@0.9-0.95 mars_approx@0.95-0.99 mars_exact@0.95-0.99; do  # (their checked points' runs)
+                --recipe "mars_exact@0.9-0.95=$mars_exact --beta1=0.9 --beta2=0.95" \
+                --recipe "mars_exact@0.95-0.99=$mars_exact --beta1=0.95 --beta2=0.99"
+            # (their checked points' runs; not MARS-exact's, whose tuned beta2 is 0.995: it runs MARS's betas above)
+            for own in adamw@0.9-0.95 mars_approx@0.95-0.99; do
                 ln -sfn "../width192/tuned/${own%@*}" "$root/betas192/$own"
             done
             python3 -m experiments.gaps "$root/betas192" --variants 0.9-0.95,0.95-0.99 ;;
