@@ -390,9 +390,8 @@ class Kron(MatrixProducts, GroupState, ListwiseOptimizer):
             for d, (side, diag) in enumerate(zip(layout.padded, layout.diagonal)):
                 one = torch.ones(side, device=p.device) if diag else torch.eye(side, device=p.device)
                 q = (scale * one).expand(layout.blocks, *one.shape).clone()
-                if isinstance(p, DTensor):  # sharded over the blocks, as the parameter over its rows; every rank
-                    # holds the same q, so each keeps its own blocks (src_data_rank=None) rather than take rank 0's
-                    q = distribute_tensor(q, p.device_mesh, [Shard(0)], src_data_rank=None)
+                if isinstance(p, DTensor):  # sharded over the blocks, as the parameter over its rows
+                    q = distribute_tensor(q, p.device_mesh, [Shard(0)])
                 state[f"q{d}"] = q
         return state
 
