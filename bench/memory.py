@@ -353,13 +353,12 @@ class SideState:
     block: tuple[tuple[tuple[int, ...], int], ...]
     sharded: bool
 
-    def held(self, n_layer: int, world_size: int) -> float:
-        """Bytes each rank holds of it for n_layer blocks, sharded over world_size ranks (1: whole): a sharded
-        tensor's local block keeps a storage of ceil(dim 0 / world_size) rows on every rank (distribute_tensor
-        pads it, as FSDP2 pads its shards), even where the block itself is shorter or empty."""
+    def held(self, n_layer: int, world_size: int, rank: int = 0) -> float:
+        """Bytes rank holds of it for n_layer blocks, sharded over world_size ranks (1: whole): a sharded
+        tensor's rows on that rank (torch.chunk's: the last ranks' fewer or none; rank 0 holds the most)."""
 
         def held_bytes(tensors: tuple[tuple[tuple[int, ...], int], ...]) -> int:
-            rows = (lambda n: row_blocks(n, world_size)[0]) if self.sharded else (lambda n: n)  # (rank 0's: the most)
+            rows = (lambda n: row_blocks(n, world_size)[rank]) if self.sharded else (lambda n: n)
             return sum(size * rows(shape[0]) * math.prod(shape[1:]) for shape, size in tensors)
 
         return held_bytes(self.root) + n_layer * held_bytes(self.block)
@@ -479,7 +478,7 @@ def state_item(run: Run, tensors: list[Tensor], rank: int) -> Item:
     state = sum(costs[t.kind].own * t.local(n, rank) + costs[t.kind].per_tensor + costs[t.kind].per_row * t.shape[0]
                 for t in tensors)
     if profile.has_sides:
-        state += side_state(run.cfg).held(run.cfg.model_args()["n_layer"], n)
+        state += side_state(run.cfg).held(run.cfg.model_args()["n_layer"], n, rank)
     if run.fsdp:
         # A kept gradient is a view of its FSDP unit's reduce-scatter output, which it keeps whole (the unit's
         # other gradients, 1-D ones too, and the padding)

@@ -390,8 +390,10 @@ class Kron(MatrixProducts, GroupState, ListwiseOptimizer):
             for d, (side, diag) in enumerate(zip(layout.padded, layout.diagonal)):
                 one = torch.ones(side, device=p.device) if diag else torch.eye(side, device=p.device)
                 q = (scale * one).expand(layout.blocks, *one.shape).clone()
-                if isinstance(p, DTensor):  # sharded over the blocks, as the parameter over its rows
-                    q = distribute_tensor(q, p.device_mesh, [Shard(0)])
+                if isinstance(p, DTensor):  # sharded over the blocks, as the parameter over its rows: every rank
+                    # builds the same q, so each keeps its own blocks (src_data_rank=None) without a scatter, whose
+                    # padded receive buffer a rank with fewer blocks (or none) would keep whole
+                    q = distribute_tensor(q, p.device_mesh, [Shard(0)], src_data_rank=None)
                 state[f"q{d}"] = q
         return state
 
