@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> str:
         losses = read_losses(args.folder)
         variants = [v for v in args.variants.split(",") if v] or sorted(
             losses, key=lambda v: (v not in ("gpt2", "own"), v))
-        command = f"python -m experiments.gaps {args.folder}" + (f" --variants {args.variants}" * bool(args.variants))
+        command = (f"python -m experiments.gaps {args.folder}" + f" --variants {args.variants}" * bool(args.variants)
+                   + f" --reference {args.reference}" * (args.reference != "adamw"))
         text = (f"# Loss gaps to {args.reference} ({command})\n\n"
                 "Best validation loss, mean ± standard deviation (seeds); each optimizer's gap to "
                 f"{args.reference} in the same variant, with Welch's p.\n\n" + table(losses, args.reference, variants)

@@ -181,7 +181,8 @@ class Tuner:
 
     def unrun(self, tuning: RecipeTuning, centre: dict[str, str], key: str, values: list[str]) -> list[str]:
         """--report-only: the values of key whose seed-1 run, the other keys at the centre, neither finished nor
-        diverged (a value the ladder gained after the search ran, not a divergence); [] otherwise."""
+        diverged (a value the ladder gained after the search ran, or one running now; not a divergence, which is
+        a run); [] otherwise."""
         if not self.report_only:
             return []
         scores = self.scores([self.point(tuning, centre | {key: v}) for v in values], (SEARCH_SEED,))
@@ -207,15 +208,17 @@ class Tuner:
 
         def try_values(key: str, values: list[str]) -> dict[str, float] | None:
             """Seed 1 at these values of key, unless that would pass the budget (None); --report-only: those that
-            ran (the budget counted as the search counted it: with every value it would have tried)."""
-            new = {(self.point(tuning, centre | {key: v}), SEARCH_SEED) for v in values} - tuning.search_runs
+            ran. The search ran all of a step's values or capped before any, so where some ran the others joined the
+            ladder since, and the budget counts those that ran; where none ran, all of them (it may have capped)."""
+            unrun = self.unrun(tuning, centre, key, values)
+            ran = [v for v in values if v not in unrun]
+            counted = ran if ran and unrun else values
+            new = {(self.point(tuning, centre | {key: v}), SEARCH_SEED) for v in counted} - tuning.search_runs
             if budget is not None and len(tuning.search_runs | new) > budget:
                 tuning.capped = budget
                 return None
-            unrun = self.unrun(tuning, centre, key, values)
-            values = [v for v in values if v not in unrun]
-            tuning.search_runs |= {(self.point(tuning, centre | {key: v}), SEARCH_SEED) for v in values}
-            return self.losses(tuning, centre, key, values)
+            tuning.search_runs |= {(self.point(tuning, centre | {key: v}), SEARCH_SEED) for v in ran}
+            return self.losses(tuning, centre, key, ran)
 
         for round_ in range(1, max_rounds + 1):
             moved = False

@@ -36,9 +36,11 @@ def test_the_header_gives_the_command_with_its_variants_and_an_empty_folder_is_n
     variants = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| 0.")]
     assert variants == ["| 0.95-0.99", "| 0.9-0.95"]
     assert (tmp_path / "gaps.md").read_text() == text
+    other = gaps.main([str(tmp_path), "--reference", "mars"])  # (the folder's variants, sorted)
+    assert other.startswith(f"# Loss gaps to mars (python -m experiments.gaps {tmp_path} --reference mars)")
     monkeypatch.undo()
     (tmp_path / "adamw@a" / "base").mkdir(parents=True)
-    with pytest.raises(InputError, match="holds no finished run of a recipe named <optimizer>@<variant>"):
+    with pytest.raises(InputError, match=f"{tmp_path} holds no finished run of a recipe named <optimizer>@<variant>"):
         gaps.read_losses(str(tmp_path))
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match=f"{tmp_path / 'absent'} does not exist"):
         gaps.read_losses(str(tmp_path / "absent"))

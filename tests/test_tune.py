@@ -67,30 +67,35 @@ def test_coordinate_descent_walks_to_the_minimum_and_ignores_moves_within_the_no
 
 
 class ReplayTuner(SyntheticTuner):
-    """--report-only over a folder where the points `missing` never ran (a value the ladder gained afterwards)."""
+    """--report-only over a folder where the points `missing` never ran (a value the ladder gained afterwards) and
+    the points `diverged` diverged."""
 
-    def __init__(self, missing: set):
+    def __init__(self, missing: set, diverged: set = frozenset()):
         super().__init__()
-        self.report_only, self.missing = True, missing
+        self.report_only, self.missing, self.diverged = True, missing, diverged
 
     def scores(self, points, seeds):
         scores = super().scores(points, seeds)
-        return {p: sweep.Score([], 0) if p in self.missing else score for p, score in scores.items()}
+        return {p: sweep.Score([], len(seeds)) if p in self.diverged else sweep.Score([], 0) if p in self.missing
+                else score for p, score in scores.items()}
 
 
 def test_report_only_leaves_out_the_values_the_search_never_ran(tmp_path):
     """A value on the ladder the search never ran (MARS-exact's beta2 0.9999, added after its search): the replay
-    neither prints it as a divergence ('inf') nor counts it as a run, and an unrun sensitivity run says 'not run'."""
+    neither prints it as a divergence ('inf') nor counts it as a run, and an unrun sensitivity run says 'not run';
+    a run that diverged beside it stays a divergence, and a run."""
     full = SyntheticTuner().tune(tune.RecipeTuning("adamw", KEYS, dict(START)), budget=None, max_rounds=4)
     tuner = SyntheticTuner()
     never = {tuner.point(full, dict(START) | {"learning_rate": "0.016"}),  # the walk's last step ahead, round 1
              tuner.point(full, full.centre | {"learning_rate": "0.016"})}  # the 2x sensitivity run
-    replayed = ReplayTuner(never).tune(tune.RecipeTuning("adamw", KEYS, dict(START)), budget=None, max_rounds=4)
+    diverged = {tuner.point(full, dict(START) | {"learning_rate": "0.01131"})}  # (the same step's other value)
+    replayed = ReplayTuner(never, diverged).tune(tune.RecipeTuning("adamw", KEYS, dict(START)), None, 4)
     assert replayed.centre == full.centre and "0.016" in full.tried[0].losses
     assert "0.016" not in replayed.tried[0].losses and len(replayed.search_runs) == len(full.search_runs) - 1
+    assert replayed.tried[0].losses["0.01131"] == math.inf
     assert replayed.sensitivity == {"0.5x": full.sensitivity["0.5x"]}
     text = tune.write_outputs(str(tmp_path), [replayed])
-    assert "inf" not in text and "| 2.2000 | not run |" in text, text
+    assert text.count("inf") == 1 and "0.01131: inf" in text and "| 2.2000 | not run |" in text, text
 
 
 def test_a_search_stops_at_adamws_run_count_and_says_so(tmp_path):
