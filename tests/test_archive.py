@@ -48,6 +48,7 @@ def test_an_archive_holds_the_runs_that_ended_and_extracts_to_what_the_tools_rea
     assert (out / "tune" / "adamw" / "lr=2" / "seed1" / "diverged.txt").read_text().startswith("training loss is nan")
 
 
+@pytest.mark.quick
 def test_a_bad_folder_or_name_is_refused_and_a_failed_write_keeps_the_archive_before(tmp_path, capsys):
     for argv, error in (([str(tmp_path / "absent"), str(tmp_path / "a.tar.xz")], "is not a folder of runs"),
                         ([str(tmp_path), str(tmp_path / "a.zip")], "must end in .tar.xz")):
