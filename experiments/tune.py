@@ -361,9 +361,9 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
     lines = ["# Mini recipes tuned by coordinate descent (python -m experiments.tune)", "",
              "Best validation loss (nats per byte). Noise: the standard deviation over seeds 1-3 at the recipe's "
              "own point; a move must beat it, or AdamW's noise where that is smaller (in parentheses). Runs: the "
-             "noise and the search (seed 1); then seeds 2-4 at the tuned point and the sensitivity runs. "
-             "Core-hours: every finished run of the recipe, one core each.",
-             "", "| recipe | runs | noise | recipe's point, seeds 1-3 | tuned point | tuned, seeds 1-4 | 0.5x lr | "
+             "noise and the search (seed 1); then the tuned point's other seeds (2-4; a transfer check's 2-3) and "
+             "the sensitivity runs (none in a check). Core-hours: every finished run of the recipe, one core each.",
+             "", "| recipe | runs | noise | recipe's point, seeds 1-3 | tuned point | tuned, its seeds | 0.5x lr | "
              "2x lr | core-hours |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     runs_of = {t.recipe: finished_runs(root, t.recipe) for t in tunings}
     hours = {recipe: sum(core_seconds(folder) for _, folder, _ in runs) / 3600 for recipe, runs in runs_of.items()}
