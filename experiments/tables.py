@@ -67,6 +67,7 @@ import math
 import os
 import re
 import sys
+import tarfile
 from typing import TYPE_CHECKING
 
 from errors import InputError, exit_on_input_error
@@ -345,8 +346,19 @@ def recipe_display_name(recipe: str) -> str:
 
 
 def searches(results: str = RESULTS) -> dict[str, dict]:
-    """results/tune/tuning.md's summary rows by display name: every recipe whose search has begun."""
-    return {recipe_display_name(r["recipe"]): r for r in report_table(os.path.join(results, "tune", "tuning.md"), "recipe")}
+    """results/tune/tuning.md's summary rows by display name: every recipe whose search has finished; and, for
+    one begun since (tuning.md holds finished searches alone), {"runs": its finished runs in the runs archive}."""
+    from config.cells import mini_recipes
+
+    table = report_table(os.path.join(results, "tune", "tuning.md"), "recipe")
+    rows = {recipe_display_name(r["recipe"]): r for r in table}
+    archive = os.path.join(results, "tune", "runs.tar.xz")
+    if os.path.exists(archive):
+        with tarfile.open(archive) as tar:  # (paths mini_tune/<recipe>/<point>/seed<N>/metrics.jsonl)
+            recipes = [name.split("/")[1] for name in tar.getnames() if name.endswith("/metrics.jsonl")]
+        for recipe in sorted(set(recipes) & set(mini_recipes())):
+            rows.setdefault(recipe_display_name(recipe), {"runs": str(recipes.count(recipe))})
+    return rows
 
 
 def tuned_table(results: str = RESULTS) -> str:
@@ -549,6 +561,7 @@ def new_2026_table(results: str = RESULTS) -> str:
     loss = mean_losses(path)
     shown = [n for n in speedups if n in NEW_2026 or n in (REFERENCE, "Muon")]
     tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))  # (each as its tuning finishes)
+    begun_searches = searches(results)
     lines = ["| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) | "
              "speedup over the tuned AdamW (95% interval) | tuned by the protocol, seeds 1-4 | its speedup |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -557,7 +570,9 @@ def new_2026_table(results: str = RESULTS) -> str:
         rate = learning_rate_text(f"{mini_recipe_config(recipe).learning_rate:g}") if recipe else ""
         test = "" if name == REFERENCE else welch_text(welch[name], p_decimals)
         how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
-        protocol = ("", "") if not recipe else ("not yet", "") if name not in tuned else (
+        begun = begun_searches.get(name, {}).get("runs", "").split()[:1]
+        protocol = ("", "") if not recipe else (f"under way ({begun[0]} runs)" if begun else "not yet", "") \
+            if name not in tuned else (
             loss_text(tuned[name]), speedup_text(tuned[name]["speedup"], tuned[name]["low"], tuned[name]["high"]))
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
                      f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {' | '.join(protocol)} |")

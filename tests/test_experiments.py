@@ -183,7 +183,10 @@ def test_a_stale_table_is_rewritten_and_check_names_it(tmp_path):
 
 def test_an_untuned_row_says_whether_its_search_has_begun(tmp_path):
     """The README's mini table: a recipe with no tuned result says "not yet tuned", or, where tuning.md holds its
-    search, how many runs it has had (a search stopped short resumes: it is never silently cut)."""
+    search or the runs archive its runs (a search under way: tuning.md holds finished searches), how many runs it has
+    had (a search stopped short resumes: it is never silently cut)."""
+    import tarfile
+
     from experiments import tables
     results = tmp_path / "results"
     shutil.copytree(os.path.join(REPO, "results"), results)
@@ -196,8 +199,16 @@ def test_an_untuned_row_says_whether_its_search_has_begun(tmp_path):
     row = "| lion | 9 | 0.0100 | 2.6400 | unchanged | - | inf | inf | 0.4 |\n"
     tuning = tuning.replace("\n\nIn all:", "\n" + row + "\nIn all:", 1)
     (results / "tune" / "tuning.md").write_text(tuning)
+    # the archive: two finished runs of MuonClip's search (and a tuned link's run, not a search's)
+    runs = tmp_path / "runs"
+    for path in ("mini_tune/muonclip/lr=1/seed1", "mini_tune/muonclip/lr=2/seed1", "mini_tune/tuned/adamw/base/seed1"):
+        (runs / path).mkdir(parents=True)
+        (runs / path / "metrics.jsonl").write_text("{}\n")
+    with tarfile.open(results / "tune" / "runs.tar.xz", "w:xz") as tar:
+        tar.add(runs / "mini_tune", arcname="mini_tune")
     rows = {line.split(" | ")[0].removeprefix("| "): line for line in tables.mini_table(str(results)).splitlines()}
     assert "| search under way (9 runs) |" in rows["Lion"]
+    assert "| search under way (2 runs) |" in rows["MuonClip"]
     assert "| not yet tuned |" in rows["Sophia"]
     assert "not yet" not in rows["Muon"] and "under way" not in rows["Muon"]
     # every mini recipe of the registry has its row: those added after the learning-rate-only runs, their tuned
