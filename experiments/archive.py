@@ -24,7 +24,10 @@ import tarfile
 from errors import InputError, exit_on_input_error
 
 RUN_FILES = ("config.json", "metrics.jsonl", "diverged.txt")
-LEFT_OUT = (".pt", ".log", ".tmp")  # checkpoints, logs, half-written files (a run's checkpoint folders: ckpt_*)
+# What makes a folder a run's, even one only starting (train.py takes its lock and the sweep opens its log before
+# the run writes config.json and metrics.jsonl)
+RUN_MARKERS = (*RUN_FILES, "run.lock", "train.log")
+LEFT_OUT = (".pt", ".log", ".tmp", ".lock")  # checkpoints, logs, half-written files, locks
 
 
 def members(folder: str) -> list[str]:
@@ -32,14 +35,14 @@ def members(folder: str) -> list[str]:
     from experiments.sweep import DIVERGED, finished_run
 
     out = []
-    for path, folders, files in os.walk(folder):
-        out += [os.path.join(path, f) for f in folders if os.path.islink(os.path.join(path, f))]
-        if "metrics.jsonl" in files:  # a run: kept whole if it ended, left out if it stopped midway
+    for path, folders, files in os.walk(folder):  # (links to folders are listed in folders, not followed)
+        if any(f in files for f in RUN_MARKERS):  # a run: kept whole if it ended, left out if it has not
             if DIVERGED in files or finished_run(path):
                 out += [os.path.join(path, f) for f in RUN_FILES if f in files]
-            folders.clear()
+            folders.clear()  # (its checkpoints: ckpt_<step>/ folders and their links)
             continue
         folders[:] = [f for f in folders if not f.startswith("ckpt")]
+        out += [os.path.join(path, f) for f in folders if os.path.islink(os.path.join(path, f))]
         out += [os.path.join(path, f) for f in files if not f.endswith(LEFT_OUT)]
     parent = os.path.dirname(os.path.abspath(folder))
     return sorted(os.path.relpath(os.path.abspath(m), parent) for m in out)
@@ -59,12 +62,12 @@ def write_archive(folder: str, archive: str) -> list[str]:
         with tarfile.open(partial, "w:xz") as tar:
             for name in names:
                 tar.add(os.path.join(parent, name), arcname=name, recursive=False)
+        os.replace(partial, archive)
     except OSError as e:
         if os.path.isfile(partial):
             os.remove(partial)
         raise InputError(f"could not write {archive} ({e.strerror or e}); the archive there before, if any, is "
                          "unchanged") from None
-    os.replace(partial, archive)
     return names
 
 

@@ -63,6 +63,7 @@ if not __package__:  # run as a file: the repository's modules (errors, optim, .
 
 import argparse
 import csv
+import functools
 import math
 import os
 import re
@@ -132,7 +133,7 @@ def mini_table(results: str = RESULTS) -> str:
     column = f"projected GPU-time speedup ({gpu.card}, {gpu.model})"
     lr_only = read_speedups(os.path.join(results, "mini", "speedups.csv"))
     tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))
-    begun = searches(results)
+    started = begun(results)
     best = {id(group): min(group, key=lambda name: group[name]["loss_mean"]) for group in (lr_only, tuned) if group}
     lines = [f"| optimizer | learning rate only | speedup over AdamW | {column} | tuned | speedup over tuned AdamW | "
              f"{column} |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -146,8 +147,7 @@ def mini_table(results: str = RESULTS) -> str:
                 cells += ["(added after these runs)", "", ""]
                 continue
             if row is None:  # (a search stopped short says so: it resumes)
-                runs = begun[name]["runs"].split()[0] if name in begun else ""
-                cells += [f"search under way ({runs} runs)" if runs else "not yet tuned", "", ""]
+                cells += [f"search under way ({started[name]} runs)" if name in started else "not yet tuned", "", ""]
                 continue
             found = [f"{row['loss_mean']:.3f} ± {row['loss_std']:.3f}",
                      speedup_text(row["speedup"], row["low"], row["high"]), projected(gpu, name, row)]
@@ -346,19 +346,25 @@ def recipe_display_name(recipe: str) -> str:
 
 
 def searches(results: str = RESULTS) -> dict[str, dict]:
-    """results/tune/tuning.md's summary rows by display name: every recipe whose search has finished; and, for
-    one begun since (tuning.md holds finished searches alone), {"runs": its finished runs in the runs archive}."""
+    """results/tune/tuning.md's summary rows by display name: every recipe whose search has finished."""
+    table = report_table(os.path.join(results, "tune", "tuning.md"), "recipe")
+    return {recipe_display_name(r["recipe"]): r for r in table}
+
+
+@functools.lru_cache
+def begun(results: str = RESULTS) -> dict[str, int]:
+    """Display name -> finished runs, for each recipe whose search has finished (tuning.md's runs column) or has
+    begun since (tuning.md holds finished searches alone: its runs in results/tune/runs.tar.xz, every seed's)."""
     from config.cells import mini_recipes
 
-    table = report_table(os.path.join(results, "tune", "tuning.md"), "recipe")
-    rows = {recipe_display_name(r["recipe"]): r for r in table}
+    runs = {name: int(row["runs"].split()[0]) for name, row in searches(results).items()}
     archive = os.path.join(results, "tune", "runs.tar.xz")
     if os.path.exists(archive):
         with tarfile.open(archive) as tar:  # (paths mini_tune/<recipe>/<point>/seed<N>/metrics.jsonl)
             recipes = [name.split("/")[1] for name in tar.getnames() if name.endswith("/metrics.jsonl")]
         for recipe in sorted(set(recipes) & set(mini_recipes())):
-            rows.setdefault(recipe_display_name(recipe), {"runs": str(recipes.count(recipe))})
-    return rows
+            runs.setdefault(recipe_display_name(recipe), recipes.count(recipe))
+    return runs
 
 
 def tuned_table(results: str = RESULTS) -> str:
@@ -561,7 +567,7 @@ def new_2026_table(results: str = RESULTS) -> str:
     loss = mean_losses(path)
     shown = [n for n in speedups if n in NEW_2026 or n in (REFERENCE, "Muon")]
     tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))  # (each as its tuning finishes)
-    begun_searches = searches(results)
+    started = begun(results)
     lines = ["| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) | "
              "speedup over the tuned AdamW (95% interval) | tuned by the protocol, seeds 1-4 | its speedup |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -570,9 +576,8 @@ def new_2026_table(results: str = RESULTS) -> str:
         rate = learning_rate_text(f"{mini_recipe_config(recipe).learning_rate:g}") if recipe else ""
         test = "" if name == REFERENCE else welch_text(welch[name], p_decimals)
         how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
-        begun = begun_searches.get(name, {}).get("runs", "").split()[:1]
-        protocol = ("", "") if not recipe else (f"under way ({begun[0]} runs)" if begun else "not yet", "") \
-            if name not in tuned else (
+        protocol = ("", "") if not recipe else (f"under way ({started[name]} runs)" if name in started else "not yet",
+                                                 "") if name not in tuned else (
             loss_text(tuned[name]), speedup_text(tuned[name]["speedup"], tuned[name]["low"], tuned[name]["high"]))
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
                      f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {' | '.join(protocol)} |")

@@ -28,7 +28,15 @@ def test_an_archive_holds_the_runs_that_ended_and_extracts_to_what_the_tools_rea
     (folder / "tuning.md").write_text("# table\n")
     (folder / "sweep.log").write_text("a log\n")
     (folder / "tuned" / "adamw").mkdir(parents=True)
-    (folder / "tuned" / "adamw" / "base").symlink_to(done.parent, target_is_directory=True)
+    (folder / "tuned" / "adamw" / "base").symlink_to("../../adamw/lr=1", target_is_directory=True)  # (as tune links)
+    sharded = done / "ckpt_0000002"  # a sharded checkpoint's folder, and its link
+    sharded.mkdir()
+    (sharded / "__0_0.distcp").write_bytes(b"shard")
+    (done / "ckpt_best").symlink_to("ckpt_0000002", target_is_directory=True)
+    starting = folder / "adamw" / "lr=4" / "seed1"  # (a run only starting: its lock and log, nothing else yet)
+    starting.mkdir(parents=True)
+    (starting / "run.lock").write_text("")
+    (starting / "train.log").write_text("starting\n")
     assert finished_run(str(done)) and not finished_run(str(stopped))
     assert any(f.startswith("ckpt") for f in os.listdir(done))  # (checkpoints the archive leaves out)
 
@@ -38,7 +46,7 @@ def test_an_archive_holds_the_runs_that_ended_and_extracts_to_what_the_tools_rea
     assert {n for n in names if n.startswith("tune/adamw/")} == {
         *(f"tune/adamw/lr=1/seed1/{f}" for f in ("config.json", "metrics.jsonl")),
         *(f"tune/adamw/lr=2/seed1/{f}" for f in ("config.json", "metrics.jsonl", "diverged.txt"))}
-    assert "tune/tuned/adamw/base" in names
+    assert "tune/tuned/adamw/base" in names and not any(n.startswith("tune/tuned/adamw/base/") for n in names)
 
     out = tmp_path / "elsewhere"
     with tarfile.open(path) as tar:
