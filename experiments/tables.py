@@ -147,7 +147,8 @@ def mini_table(results: str = RESULTS) -> str:
                 cells += ["(added after these runs)", "", ""]
                 continue
             if row is None:  # (a search stopped short says so: it resumes)
-                cells += [f"search under way ({started[name]} runs)" if name in started else "not yet tuned", "", ""]
+                state = f"search under way ({runs_text(started[name])})" if name in started else "not yet tuned"
+                cells += [state, "", ""]
                 continue
             found = [f"{row['loss_mean']:.3f} ± {row['loss_std']:.3f}",
                      speedup_text(row["speedup"], row["low"], row["high"]), projected(gpu, name, row)]
@@ -349,6 +350,10 @@ def searches(results: str = RESULTS) -> dict[str, dict]:
     """results/tune/tuning.md's summary rows by display name: every recipe whose search has finished."""
     table = report_table(os.path.join(results, "tune", "tuning.md"), "recipe")
     return {recipe_display_name(r["recipe"]): r for r in table}
+
+
+def runs_text(count: int) -> str:
+    return f"{count} run" + "s" * (count != 1)
 
 
 @functools.lru_cache
@@ -576,8 +581,8 @@ def new_2026_table(results: str = RESULTS) -> str:
         rate = learning_rate_text(f"{mini_recipe_config(recipe).learning_rate:g}") if recipe else ""
         test = "" if name == REFERENCE else welch_text(welch[name], p_decimals)
         how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
-        protocol = ("", "") if not recipe else (f"under way ({started[name]} runs)" if name in started else "not yet",
-                                                 "") if name not in tuned else (
+        state = f"under way ({runs_text(started[name])})" if name in started else "not yet"
+        protocol = ("", "") if not recipe else (state, "") if name not in tuned else (
             loss_text(tuned[name]), speedup_text(tuned[name]["speedup"], tuned[name]["low"], tuned[name]["high"]))
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
                      f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {' | '.join(protocol)} |")
