@@ -22,18 +22,18 @@ import os
 import tarfile
 
 from errors import InputError, exit_on_input_error
+from experiments.sweep import DIVERGED, finished_run
+from runlog import LOCK
 
-RUN_FILES = ("config.json", "metrics.jsonl", "diverged.txt")
+RUN_FILES = ("config.json", "metrics.jsonl", DIVERGED)
 # What makes a folder a run's, even one only starting (train.py takes its lock and the sweep opens its log before
 # the run writes config.json and metrics.jsonl)
-RUN_MARKERS = (*RUN_FILES, "run.lock", "train.log")
+RUN_MARKERS = (*RUN_FILES, LOCK, "train.log")
 LEFT_OUT = (".pt", ".log", ".tmp", ".lock")  # checkpoints, logs, half-written files, locks
 
 
 def members(folder: str) -> list[str]:
     """The archive's paths, relative to the folder's parent, sorted."""
-    from experiments.sweep import DIVERGED, finished_run
-
     out = []
     for path, folders, files in os.walk(folder):  # (links to folders are listed in folders, not followed)
         if any(f in files for f in RUN_MARKERS):  # a run: kept whole if it ended, left out if it has not

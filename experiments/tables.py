@@ -69,6 +69,7 @@ import os
 import re
 import sys
 import tarfile
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from errors import InputError, exit_on_input_error
@@ -366,9 +367,9 @@ def begun(results: str = RESULTS) -> dict[str, int]:
     archive = os.path.join(results, "tune", "runs.tar.xz")
     if os.path.exists(archive):
         with tarfile.open(archive) as tar:  # (paths mini_tune/<recipe>/<point>/seed<N>/metrics.jsonl)
-            recipes = [name.split("/")[1] for name in tar.getnames() if name.endswith("/metrics.jsonl")]
-        for recipe in sorted(set(recipes) & set(mini_recipes())):
-            runs.setdefault(recipe_display_name(recipe), recipes.count(recipe))
+            counts = Counter(name.split("/")[1] for name in tar.getnames() if name.endswith("/metrics.jsonl"))
+        for recipe in sorted(counts.keys() & mini_recipes().keys()):
+            runs.setdefault(recipe_display_name(recipe), counts[recipe])
     return runs
 
 
