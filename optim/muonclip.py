@@ -19,7 +19,8 @@ published no code for it; this is their Algorithm 1 and Section 2.1 restated. Wh
     k to the observer this optimizer sets, which forms the logits once more beside the fused attention, no graph
     kept) and reduced over the ranks with one all-reduce (max) in the step, on device: no second forward and no
     host sync.
-The paper's tau is 100 (K2); a run whose logits stay below tau is Moonlight's, step for step.
+The paper's tau is 100 (K2); a run whose logits stay below tau is Moonlight's step with plain momentum (with
+muon_nesterov=True, Moonlight's, step for step).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from conftest import scenario_result
 from model import GPT, GPTConfig
 from optim import build_optimizer
-from optim.dion import Q_SEED, Dion, dion_rank
+from optim.dion import Q_SEED, Dion
 from parity import lr_multiplier, scheduled_step
 from test_bench_floor import step_flops
 from test_optim import TINY, tiny_config
@@ -78,6 +78,13 @@ def reference_adamw(X, G, state, lr, beta1, beta2, epsilon, step):
     X.addcdiv_(M, denom, value=-lr / (1 - beta1**step))
 
 
+def authors_rank(shape: tuple[int, ...], rank_fraction: float, rank_multiple_of: int) -> int:
+    """r as _init_opt_state_dion computes it: the fraction of the shorter side, rounded up to a multiple of
+    rank_multiple_of, at most the shorter side."""
+    m, n = shape
+    return min(rank_multiple_of * math.ceil(rank_fraction * min(m, n) / rank_multiple_of), m, n)
+
+
 def run_against_reference(dtype: torch.dtype, **settings) -> tuple[float, float]:
     """STEPS steps of ours (in dtype) and the reference (float64) on the same gradients: the largest relative
     difference of a matrix on Dion, and of a parameter on AdamW."""
@@ -93,7 +100,7 @@ def run_against_reference(dtype: torch.dtype, **settings) -> tuple[float, float]
     states, position = [], 0
     for p, dion in zip(reference, on_dion):
         if dion:  # Q as ours draws it: a generator seeded with the matrix's position (the Dion group comes first)
-            r = dion_rank(p.shape, hp.rank_fraction, hp.rank_multiple_of)
+            r = authors_rank(p.shape, hp.rank_fraction, hp.rank_multiple_of)
             generator = torch.Generator().manual_seed(Q_SEED + position)
             Q = torch.randn((min(p.shape), r), generator=generator, dtype=dtype).double()
             states.append(dict(M=torch.zeros_like(p), Q=Q))
@@ -252,7 +259,7 @@ def test_dion_under_fsdp_never_gathers_a_matrix(two_ranks):
     result = scenario_result(two_ranks, "dion_fsdp_collectives")
     hp = tiny_config(optimizer="dion").hyperparameters
     shapes = [tuple(p.shape) for n, p in GPT(GPTConfig(**TINY)).named_parameters() if p.ndim == 2 and ".h." in n]
-    ranks = [dion_rank(shape, hp.rank_fraction, hp.rank_multiple_of) for shape in shapes]
+    ranks = [authors_rank(shape, hp.rank_fraction, hp.rank_multiple_of) for shape in shapes]
     assert all(r < min(shape) for shape, r in zip(shapes, ranks))
     wide = [(shape, r) for shape, r in zip(shapes, ranks) if shape[0] < shape[1]]
     tall = [(shape, r) for shape, r in zip(shapes, ranks) if shape[0] >= shape[1]]

@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 
+import optim.newton_schulz
 from conftest import relative_difference, run_train, scenario_result, step_weights, tiny_run_args, without_key_bias
 from model import GPT, GPTConfig
 from optim import build_optimizer
@@ -38,11 +39,15 @@ def reference_step(w, g, state, lr, wd, mu, settings):
     return w - lr * o - lr * wd * w * mask
 
 
+@pytest.mark.parametrize("newton_schulz_dtype, tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-12)],
+                         ids=["newton_schulz_float32", "float64"])
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_muon_takes_nanochats_settings_as_nanochat_computes_them(setting):
-    """STEPS steps of ours (float64 weights; Newton-Schulz in float32 on the CPU, as always) against the reference
-    on the matrices Muon updates (the gradients are given, so the AdamW side cannot change them): to float32's
-    Newton-Schulz rounding; and the setting moves the weights away from plain Muon's."""
+def test_muon_takes_nanochats_settings_as_nanochat_computes_them(setting, newton_schulz_dtype, tolerance, monkeypatch):
+    """STEPS steps of ours (float64 weights; Newton-Schulz in float32 on the CPU, as always, or in float64) against
+    the reference on the matrices Muon updates (the gradients are given, so the AdamW side cannot change them): to
+    float32's Newton-Schulz rounding, and to float64 rounding with Newton-Schulz in float64 too; and the setting
+    moves the weights away from plain Muon's."""
+    monkeypatch.setattr(optim.newton_schulz, "ns5_dtype", lambda device: newton_schulz_dtype)
     cfg = tiny_config(optimizer="muon", learning_rate=2e-2, weight_decay=0.5, **SETTINGS[setting])
     plain = tiny_config(optimizer="muon", learning_rate=2e-2, weight_decay=0.5)
     runs = {}
@@ -62,7 +67,7 @@ def test_muon_takes_nanochats_settings_as_nanochat_computes_them(setting):
                         reference[n] = reference_step(reference[n], g, states[n], cfg.learning_rate * lr_multiplier(step),
                                                       0.5, cfg.hyperparameters.muon_momentum, SETTINGS[setting])
         runs[name] = {n: p.detach() for n, p in model.named_parameters() if id(p) in matrices}
-    assert relative_difference(runs["ours"], reference) < 1e-5
+    assert relative_difference(runs["ours"], reference) < tolerance
     assert relative_difference(runs["plain"], reference) > 1e-3
 
 

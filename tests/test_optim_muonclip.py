@@ -122,14 +122,17 @@ def test_muonclip_is_moonlight_then_kimi_k2s_qk_clip(architecture):
     cfg = tiny_config(optimizer="muonclip", qk_clip_tau=tau)
     runs = {dtype: copy.deepcopy(reference).to(dtype) for dtype in (torch.float64, torch.float32)}
     optimizers = {dtype: build_optimizer(model, cfg, "cpu") for dtype, model in runs.items()}
-    # Algorithm 1 on the reference, in the param groups ours has (matched by name)
+    # Algorithm 1 on the reference, routed as Moonlight's official code routes (every hidden matrix on Muon; the
+    # embeddings, the tied head and the 1-D parameters on its AdamW), restated here; ours must route the same way
     hp = cfg.hyperparameters
     assert not hp.muon_nesterov  # (the default is K2's plain momentum)
+    on_muon = {name: p.ndim == 2 and ".h." in name for name, p in reference.named_parameters()}
     names = {id(p): n for n, p in runs[torch.float64].named_parameters()}
-    by_name = dict(reference.named_parameters())
-    base = AlgorithmOne([dict(params=[by_name[names[id(p)]] for p in g["params"]], use_muon=g["use_muon"])
-                         for g in optimizers[torch.float64].param_groups], lr=cfg.learning_rate, wd=hp.weight_decay,
-                        mu=hp.beta1, betas=(hp.beta1_1d, hp.beta2_1d), eps=hp.eps)
+    assert {names[id(p)]: g["use_muon"] for g in optimizers[torch.float64].param_groups for p in g["params"]} == on_muon
+    base = AlgorithmOne([dict(params=[p for name, p in reference.named_parameters() if on_muon[name] == use_muon],
+                              use_muon=use_muon) for use_muon in (True, False)],
+                        lr=cfg.learning_rate, wd=hp.weight_decay, mu=hp.beta1, betas=(hp.beta1_1d, hp.beta2_1d),
+                        eps=hp.eps)
     clipped = 0
     for step in range(STEPS):
         micro_batches = [batch(2 * step + i, config) for i in range(2)]

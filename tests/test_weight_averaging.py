@@ -1,8 +1,8 @@
 """weight_averaging (optim/averaging.py): the model evaluated and saved is an average of the weights the optimizer
 visits. For every registry optimizer, the evaluation weights equal the uniform mean of the due steps' weights
 (float64 from float32 weights, to float32 rounding), and the training weights come back exactly; an EMA equals its
-recursion in float64; a train.py run
-saves the average as its model, resumes bit for bit where the straight run lands, refuses a resume that changes the
+recursion in float64, and both averages equal epfml/llm-optimizer-benchmark's averagers (restated) in float64 under
+the declared mapping of their settings to ours; a train.py run saves the average as its model, resumes bit for bit where the straight run lands, refuses a resume that changes the
 averaging, and gives the same numbers under FSDP2 on two ranks as in one process."""
 
 import os
@@ -26,8 +26,8 @@ TINY = dict(model="small", n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_
 def averaged_run(name: str, averaging: str, steps: int = 6, dtype: torch.dtype = torch.float32, **settings):
     """A tiny model trained `steps` steps on random gradients with weight averaging (a point every 2 steps from
     step 1): the model, its optimizer, and the weights after each step."""
-    cfg = load_config([], base=dict(TINY, optimizer=name, learning_rate=1e-2, weight_averaging=averaging,
-                                    averaging_interval=2, averaging_start=1, **settings))
+    cfg = load_config([], base={**dict(TINY, optimizer=name, learning_rate=1e-2, weight_averaging=averaging,
+                                       averaging_interval=2, averaging_start=1), **settings})
     torch.manual_seed(0)
     model = GPT(GPTConfig(**cfg.model_args())).to(dtype)
     optimizer = build_optimizer(model, cfg, "cpu")
@@ -66,6 +66,49 @@ def test_an_ema_follows_its_recursion():
     assert max((p.detach() - e).abs().max().item() for p, e in zip(model.parameters(), expected)) < 1e-12
     optimizer.eval_weights()  # (a second call changes nothing: the parameters already hold the average)
     assert max((p.detach() - e).abs().max().item() for p, e in zip(model.parameters(), expected)) < 1e-12
+
+
+class EpfmlAverager:
+    """epfml/llm-optimizer-benchmark's two averagers (src/optim/weight_averaging.py at fdecd5d) restated on a list of
+    tensors, step() called after each optimizer step with a count from 0, as their src/optim/base.py calls them:
+    ExponentialWeightAverager (warmup given): the weights at count == warmup, then lerp(average, weights, 1 - decay)
+    at every later count that interval divides; WeightAverager (horizon given): lerp(average, weights,
+    1 / ((count % horizon) // interval + 1)) at every count that interval divides, a mean that restarts every
+    horizon."""
+
+    def __init__(self, weights: list[torch.Tensor], interval: int, decay: float = 0.0, warmup: int | None = None,
+                 horizon: int | None = None):
+        self.average, self.count = [w.clone() for w in weights], 0
+        self.interval, self.decay, self.warmup, self.horizon = interval, decay, warmup, horizon
+
+    def step(self, weights: list[torch.Tensor]) -> None:
+        if self.horizon is None:  # exponential
+            if self.count == self.warmup:
+                self.average = [w.clone() for w in weights]
+            elif self.count > self.warmup and self.count % self.interval == 0:
+                self.average = [torch.lerp(a, w, 1 - self.decay) for a, w in zip(self.average, weights)]
+        elif self.count % self.interval == 0:
+            rate = 1 / ((self.count % self.horizon) // self.interval + 1)
+            self.average = [torch.lerp(a, w, rate) for a, w in zip(self.average, weights)]
+        self.count += 1
+
+
+@pytest.mark.parametrize("averaging", ["ema", "uniform"])
+def test_the_averages_are_epfmls(averaging):
+    """Ours against epfml's averagers restated (EpfmlAverager), float64, 12 steps with a point every 2: their EMA after
+    a warmup of 4 steps is ours from step 5 (averaging_start = warmup + 1, warmup a multiple of the interval: theirs
+    counts the interval from 0, ours from averaging_start), and their last window of 6 steps (horizon 6, the final
+    average they evaluate at step 12) is our tail average from step 7 (averaging_start = steps - horizon + 1)."""
+    start = {"ema": 5, "uniform": 7}[averaging]
+    model, optimizer, visited = averaged_run("adamw", averaging, steps=12, dtype=torch.float64, ema_decay=0.8,
+                                             averaging_start=start)
+    window = {"warmup": 4} if averaging == "ema" else {"horizon": 6}
+    theirs = EpfmlAverager(visited[0], interval=2, decay=0.8, **window)
+    for weights in visited:
+        theirs.step(weights)
+    optimizer.eval_weights()
+    assert max((p.detach() - a).abs().max().item() for p, a in zip(model.parameters(), theirs.average)) < 1e-12
+    assert max((w - a).abs().max().item() for w, a in zip(visited[-1], theirs.average)) > 1e-4  # (an average)
 
 
 def run_args(tiny_dataset: str, out, max_iters: int, **more) -> list[str]:
