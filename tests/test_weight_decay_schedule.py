@@ -2,14 +2,18 @@
 group's weight_decay follows its learning rate (weight_decay x lr / peak lr). Proven: AdamW under warmup and cosine
 equals the rule written out in float64 (a step decays by lr^2 / peak x wd); every registry optimizer whose groups
 carry weight_decay reads it at each step (so the schedule reaches it), and one whose groups carry none is refused;
-a run stopped and resumed lands where the straight run does."""
+a run stopped and resumed lands where the straight run does, and Muon's run under FSDP2 on two ranks where one
+process's does."""
 
 import math
 
 import pytest
 import torch
 
-from conftest import random_gradient_step, run_train, step_weights, tiny_run_args
+from conftest import (
+    random_gradient_step, relative_difference, run_train, scenario_result, step_weights, tiny_run_args,
+    without_key_bias,
+)
 from config import ConfigError
 from model import GPT, GPTConfig
 from optim import OPTIMIZERS, build_optimizer, load_config
@@ -114,3 +118,24 @@ def test_a_run_with_the_coupled_decay_resumes_bit_for_bit(tiny_dataset, tmp_path
     straight, halves = step_weights(str(tmp_path / "straight"), 6), step_weights(str(tmp_path / "halves"), 6)
     assert all(torch.equal(straight[k], halves[k]) for k in straight)
     assert math.isfinite(sum(v.float().sum().item() for v in straight.values()))
+
+
+def sharded_run_args(tiny_dataset: str, out, **more) -> list[str]:
+    return tiny_run_args(tiny_dataset, str(out), max_iters=6, eval_interval=3, warmup_iters=2, lr_decay_iters=6,
+                         optimizer="muon", weight_decay=0.5, weight_decay_schedule="lr", micro_batch_size=4, **more)
+
+
+def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
+    """For conftest.two_ranks: the FSDP2 half of test_fsdp_on_two_ranks_decays_as_one_process."""
+    return [("coupled_decay_fsdp", "ranks:train",
+             dict(args=sharded_run_args(tiny_dataset, folder / "coupled_decay_fsdp", data_parallel="fsdp")))]
+
+
+def test_fsdp_on_two_ranks_decays_as_one_process(tiny_dataset, tmp_path, two_ranks, two_ranks_folder):
+    """The schedule rewrites each group's weight_decay on every rank alike: Muon (its matrices' decay on their
+    row shards, the 1-D groups' on AdamW) under FSDP2 on two ranks ends where one process does."""
+    run_train(sharded_run_args(tiny_dataset, tmp_path / "one"))
+    assert scenario_result(two_ranks, "coupled_decay_fsdp")["status"] == 0
+    one = step_weights(str(tmp_path / "one"), 6)
+    fsdp = step_weights(str(two_ranks_folder / "coupled_decay_fsdp"), 6)
+    assert relative_difference(without_key_bias(fsdp), without_key_bias(one)) < 1e-5
