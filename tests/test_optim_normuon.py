@@ -3,8 +3,12 @@ NorMuon (optim/normuon.py) against a float64 restatement of its authors' code: z
 normuon.py (normuon_update, and SingleDeviceNorMuonWithAuxAdam's Adam for the other parameters), on a tiny GPT
 built through the registry (so the routing is part of what is checked), on the same gradients for STEPS steps at a
 changing learning rate. In float32 (Newton-Schulz in float32 on the CPU, where the authors' runs in bf16) ours lands
-on the reference to float32 rounding; in float64 (Newton-Schulz too) NorMuon's matrices to float64 rounding.
+on the reference to float32 rounding; in float64 (Newton-Schulz too) NorMuon's matrices to float64 rounding, with
+nanochat's three Muon settings too (MuonEq, Muon+, cautious weight decay, at the places its muon_step_fused puts
+them).
 """
+
+import math
 
 import pytest
 import torch
@@ -22,12 +26,20 @@ SETTINGS = dict(compile=False, learning_rate=2e-2, weight_decay=0.1, muon_moment
 
 
 def normuon_reference(p, g, state, lr, hp):
-    """normuon_update of the authors' normuon.py, then the step (weight decay, then p - lr * update)."""
+    """normuon_update of the authors' normuon.py, then the step (weight decay, then p - lr * update); with
+    nanochat's settings where hp turns them on, at the places its muon_step_fused puts them (karpathy/nanochat
+    nanochat/optim.py at 92d63d4): MuonEq before the orthogonalisation, Muon+ after it (before the variance
+    reduction), the cautious mask on the decay."""
     momentum = state.setdefault("momentum_buffer", torch.zeros_like(p))
     second_momentum = state.setdefault("second_momentum_buffer", torch.zeros_like(p[..., 0:1]))
     momentum.lerp_(g, 1 - hp["muon_momentum"])
     update = g.lerp(momentum, hp["muon_momentum"]) if hp["muon_nesterov"] else momentum
+    if hp.get("muon_eq"):  # each row to the mean row norm
+        target = update.norm() / math.sqrt(update.size(0))
+        update = update * (target / update.norm(dim=-1, keepdim=True).clamp_min(1e-6))
     update = official_ns5(update)
+    if hp.get("muon_plus"):  # the Frobenius norm of a semi-orthogonal matrix
+        update = update * (math.sqrt(min(update.shape)) / update.norm().clamp_min(1e-6))
     vnorm = update.norm(dim=(-2, -1), keepdim=True)
     v_mean = torch.mean(update * update, dim=-1, keepdim=True)
     second_momentum.lerp_(v_mean, 1 - hp["normuon_beta2"])
@@ -35,7 +47,8 @@ def normuon_reference(p, g, state, lr, hp):
     vnorm_new = update.norm(dim=(-2, -1), keepdim=True)
     update = update * (vnorm / vnorm_new.add_(1e-10))
     update *= max(1, g.size(-2) / g.size(-1)) ** 0.5
-    p.mul_(1 - lr * hp["weight_decay"]).add_(update, alpha=-lr)
+    mask = (update * p >= 0).double() if hp.get("cautious_weight_decay") else 1.0
+    p.sub_(lr * hp["weight_decay"] * p * mask).add_(update, alpha=-lr)
 
 
 def adam_reference(p, g, state, lr, hp):
@@ -108,6 +121,24 @@ def test_normuon_in_float64_is_its_authors_arithmetic(monkeypatch):
     errors = run_both(torch.float64)
     assert max(e for _, matrix, e in errors if matrix) < 1e-12, errors
     assert max(e for _, _, e in errors) < 1e-6, errors
+
+
+NANOCHAT = {"muon_eq": dict(muon_eq=True), "muon_plus": dict(muon_plus=True),
+            "cautious": dict(cautious_weight_decay=True),
+            "all": dict(muon_eq=True, muon_plus=True, cautious_weight_decay=True)}
+
+
+@pytest.mark.parametrize("setting", list(NANOCHAT))
+def test_normuon_takes_nanochats_settings_where_nanochat_puts_them(setting, monkeypatch):
+    """nanochat's Muon is NorMuon with the three settings: in float64 (Newton-Schulz too) ours lands on the authors'
+    NorMuon with them at nanochat's places (normuon_reference) to float64 rounding, and without them the reference
+    misses ours by far more."""
+    monkeypatch.setattr(optim.newton_schulz, "ns5_dtype", lambda device: torch.float64)
+    errors = run_both(torch.float64, **NANOCHAT[setting])
+    assert max(e for _, matrix, e in errors if matrix) < 1e-12, errors
+    off = {key: False for key in NANOCHAT[setting]}
+    errors = run_both(torch.float64, reference_settings=off, **NANOCHAT[setting])
+    assert max(e for _, matrix, e in errors if matrix) > 1e-3, errors
 
 
 def test_the_reference_tells_the_settings_apart():
