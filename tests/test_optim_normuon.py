@@ -20,6 +20,7 @@ from optim.normuon import NorMuon, row_mean_squares
 from parity import STEPS, lr_multiplier, scheduled_step
 from test_optim import TINY, tiny_config
 from test_optim_mars_m import official_ns5
+from test_optim_muon import SETTINGS as NANOCHAT
 
 SETTINGS = dict(compile=False, learning_rate=2e-2, weight_decay=0.1, muon_momentum=0.9, normuon_beta2=0.8,
                 lr_1d=3e-3, weight_decay_1d=0.05, beta1_1d=0.8, beta2_1d=0.95, eps=1e-8)
@@ -121,11 +122,6 @@ def test_normuon_in_float64_is_its_authors_arithmetic(monkeypatch):
     errors = run_both(torch.float64)
     assert max(e for _, matrix, e in errors if matrix) < 1e-12, errors
     assert max(e for _, _, e in errors) < 1e-6, errors
-
-
-NANOCHAT = {"muon_eq": dict(muon_eq=True), "muon_plus": dict(muon_plus=True),
-            "cautious": dict(cautious_weight_decay=True),
-            "all": dict(muon_eq=True, muon_plus=True, cautious_weight_decay=True)}
 
 
 @pytest.mark.parametrize("setting", list(NANOCHAT))
