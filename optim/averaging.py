@@ -6,11 +6,12 @@ visits, while training goes on from the weights themselves (weight_averaging in 
             averaging_start, starting as the weights at that step (epfml/llm-optimizer-benchmark's
             ExponentialWeightAverager, --exponential_weight_average, at fdecd5d: with ewa_after_warmup, theirs is
             ours at averaging_start = warmup_steps + 1 where the interval divides warmup_steps, since theirs counts
-            the interval from step 1, ours from averaging_start);
+            the interval from their count 0, our step 1, ours from averaging_start);
   uniform:  the plain mean of the weights every averaging_interval steps from averaging_start to now (a tail
             average, LAWA's and SWA's; torch.optim.swa_utils' running mean). epfml's WeightAverager restarts its
-            mean every wa_horizon steps and evaluates the last finished window; averaging_start = max_iters -
-            wa_horizon + 1 gives its final average (tests/test_weight_averaging.py restates both of theirs).
+            mean every wa_horizon steps and evaluates the last finished window; where wa_horizon divides max_iters,
+            averaging_start = max_iters - wa_horizon + 1 gives its final average (tests/test_weight_averaging.py
+            restates both of theirs).
 
 The average lives in the optimizer's per-parameter state ("weight_average", the parameter's dtype and, under FSDP2,
 its sharding), so it is checkpointed, sharded and resumed as any moment is; the counts live in the param groups.

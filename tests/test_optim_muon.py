@@ -40,7 +40,7 @@ def reference_step(w, g, state, lr, wd, mu, settings):
 
 
 @pytest.mark.parametrize("newton_schulz_dtype, tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-12)],
-                         ids=["newton_schulz_float32", "float64"])
+                         ids=["newton_schulz_float32", "newton_schulz_float64"])
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_muon_takes_nanochats_settings_as_nanochat_computes_them(setting, newton_schulz_dtype, tolerance, monkeypatch):
     """STEPS steps of ours (float64 weights; Newton-Schulz in float32 on the CPU, as always, or in float64) against

@@ -2,8 +2,9 @@
 visits. For every registry optimizer, the evaluation weights equal the uniform mean of the due steps' weights
 (float64 from float32 weights, to float32 rounding), and the training weights come back exactly; an EMA equals its
 recursion in float64, and both averages equal epfml/llm-optimizer-benchmark's averagers (restated) in float64 under
-the declared mapping of their settings to ours; a train.py run saves the average as its model, resumes bit for bit where the straight run lands, refuses a resume that changes the
-averaging, and gives the same numbers under FSDP2 on two ranks as in one process."""
+the declared mapping of their settings to ours; a train.py run saves the average as its model, resumes bit for bit
+where the straight run lands, refuses a resume that changes the averaging, and gives the same numbers under FSDP2 on
+two ranks as in one process."""
 
 import os
 
@@ -68,26 +69,37 @@ def test_an_ema_follows_its_recursion():
     assert max((p.detach() - e).abs().max().item() for p, e in zip(model.parameters(), expected)) < 1e-12
 
 
-class EpfmlAverager:
-    """epfml/llm-optimizer-benchmark's two averagers (src/optim/weight_averaging.py at fdecd5d) restated on a list of
-    tensors, step() called after each optimizer step with a count from 0, as their src/optim/base.py calls them:
-    ExponentialWeightAverager (warmup given): the weights at count == warmup, then lerp(average, weights, 1 - decay)
-    at every later count that interval divides; WeightAverager (horizon given): lerp(average, weights,
-    1 / ((count % horizon) // interval + 1)) at every count that interval divides, a mean that restarts every
-    horizon."""
+# epfml/llm-optimizer-benchmark's two averagers (src/optim/weight_averaging.py at fdecd5d) restated on a list of
+# tensors: step() after each optimizer step, with a count from 0 (their count 0 is our step 1), as their
+# src/optim/base.py calls them.
 
-    def __init__(self, weights: list[torch.Tensor], interval: int, decay: float = 0.0, warmup: int | None = None,
-                 horizon: int | None = None):
+
+class ExponentialWeightAverager:
+    """The weights at count == warmup, then lerp(average, weights, 1 - decay) at every later count the interval
+    divides."""
+
+    def __init__(self, weights: list[torch.Tensor], interval: int, decay: float, warmup: int = 0):
         self.average, self.count = [w.clone() for w in weights], 0
-        self.interval, self.decay, self.warmup, self.horizon = interval, decay, warmup, horizon
+        self.interval, self.decay, self.warmup = interval, decay, warmup
 
     def step(self, weights: list[torch.Tensor]) -> None:
-        if self.horizon is None:  # exponential
-            if self.count == self.warmup:
-                self.average = [w.clone() for w in weights]
-            elif self.count > self.warmup and self.count % self.interval == 0:
-                self.average = [torch.lerp(a, w, 1 - self.decay) for a, w in zip(self.average, weights)]
-        elif self.count % self.interval == 0:
+        if self.count == self.warmup:
+            self.average = [w.clone() for w in weights]
+        elif self.count > self.warmup and self.count % self.interval == 0:
+            self.average = [torch.lerp(a, w, 1 - self.decay) for a, w in zip(self.average, weights)]
+        self.count += 1
+
+
+class WeightAverager:
+    """lerp(average, weights, 1 / ((count % horizon) // interval + 1)) at every count the interval divides: a mean
+    that restarts every horizon."""
+
+    def __init__(self, weights: list[torch.Tensor], interval: int, horizon: int):
+        self.average, self.count = [w.clone() for w in weights], 0
+        self.interval, self.horizon = interval, horizon
+
+    def step(self, weights: list[torch.Tensor]) -> None:
+        if self.count % self.interval == 0:
             rate = 1 / ((self.count % self.horizon) // self.interval + 1)
             self.average = [torch.lerp(a, w, rate) for a, w in zip(self.average, weights)]
         self.count += 1
@@ -95,15 +107,16 @@ class EpfmlAverager:
 
 @pytest.mark.parametrize("averaging", ["ema", "uniform"])
 def test_the_averages_are_epfmls(averaging):
-    """Ours against epfml's averagers restated (EpfmlAverager), float64, 12 steps with a point every 2: their EMA after
-    a warmup of 4 steps is ours from step 5 (averaging_start = warmup + 1, warmup a multiple of the interval: theirs
-    counts the interval from 0, ours from averaging_start), and their last window of 6 steps (horizon 6, the final
-    average they evaluate at step 12) is our tail average from step 7 (averaging_start = steps - horizon + 1)."""
+    """Ours against epfml's averagers restated, float64, 12 steps with a point every 2: their EMA after a warmup of 4
+    steps is ours from step 5 (averaging_start = warmup + 1, warmup a multiple of the interval: theirs counts the
+    interval from their count 0, our step 1, ours from averaging_start), and their last window of 6 steps (horizon 6,
+    dividing the 12 steps: the final average they evaluate) is our tail average from step 7 (averaging_start =
+    steps - horizon + 1)."""
     start = {"ema": 5, "uniform": 7}[averaging]
     model, optimizer, visited = averaged_run("adamw", averaging, steps=12, dtype=torch.float64, ema_decay=0.8,
                                              averaging_start=start)
-    window = {"warmup": 4} if averaging == "ema" else {"horizon": 6}
-    theirs = EpfmlAverager(visited[0], interval=2, decay=0.8, **window)
+    theirs = (ExponentialWeightAverager(visited[0], interval=2, decay=0.8, warmup=4) if averaging == "ema"
+              else WeightAverager(visited[0], interval=2, horizon=6))
     for weights in visited:
         theirs.step(weights)
     optimizer.eval_weights()

@@ -133,9 +133,13 @@ def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
 
 def test_fsdp_on_two_ranks_decays_as_one_process(tiny_dataset, tmp_path, two_ranks, two_ranks_folder):
     """The schedule rewrites each group's weight_decay on every rank alike: Muon (its matrices' decay on their
-    row shards, the 1-D groups' on AdamW) under FSDP2 on two ranks ends where one process does."""
+    row shards, the 1-D groups' on AdamW) under FSDP2 on two ranks ends where one process does, far nearer than the
+    schedule moves the run (measured 1.2e-3)."""
     run_train(sharded_run_args(tiny_dataset, tmp_path / "one"))
+    run_train([arg for arg in sharded_run_args(tiny_dataset, tmp_path / "constant")
+               if "weight_decay_schedule" not in arg])
     assert scenario_result(two_ranks, "coupled_decay_fsdp")["status"] == 0
-    one = step_weights(str(tmp_path / "one"), 6)
-    fsdp = step_weights(str(two_ranks_folder / "coupled_decay_fsdp"), 6)
-    assert relative_difference(without_key_bias(fsdp), without_key_bias(one)) < 1e-5
+    one = without_key_bias(step_weights(str(tmp_path / "one"), 6))
+    fsdp = without_key_bias(step_weights(str(two_ranks_folder / "coupled_decay_fsdp"), 6))
+    assert relative_difference(fsdp, one) < 1e-5
+    assert relative_difference(without_key_bias(step_weights(str(tmp_path / "constant"), 6)), one) > 1e-4
