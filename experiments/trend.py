@@ -54,7 +54,7 @@ MINI_TOKENS = 256 * 4096  # config/mini.py: max_iters x total_batch_size
 POINTS = (
     Point("the mini", "results/tune/speedups.csv", non_embedding_parameters(4, 96), MINI_TOKENS),
     Point("4x the tokens", "results/scale/tokens4x/speedups.csv", non_embedding_parameters(4, 96), 4 * MINI_TOKENS),
-    Point("width 192, 4x the tokens", "results/scale/width192/speedups.csv", non_embedding_parameters(4, 192),
+    Point("width 192", "results/scale/width192/speedups.csv", non_embedding_parameters(4, 192),
           4 * MINI_TOKENS),
 )
 GPT2_SMALL = non_embedding_parameters(12, 768)
