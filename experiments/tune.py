@@ -393,8 +393,12 @@ def write_outputs(root: str, tunings: list[RecipeTuning]) -> str:
     text_out = "\n".join(lines) + "\n"
     with open(os.path.join(root, "tuning.md"), "w") as f:
         f.write(text_out)
-    with open(os.path.join(root, "tuned.json"), "w") as f:
-        json.dump({t.recipe: t.centre for t in tunings if t.centre}, f, indent=1)
+    # (a recipe an earlier command tuned here keeps its point: a later command may name only some recipes, and
+    # the next stage reads every recipe's point from this file)
+    tuned_path = os.path.join(root, "tuned.json")
+    tuned = read_points(tuned_path) if os.path.exists(tuned_path) else {}
+    with open(tuned_path, "w") as f:
+        json.dump(tuned | {t.recipe: t.centre for t in tunings if t.centre}, f, indent=1)
     rows = [[recipe, point, os.path.basename(folder)[4:], f"{run.best_val_loss:.6f}"]
             for recipe in sorted(runs_of) for point, folder, run in runs_of[recipe]]
     with open(os.path.join(root, "tuning.csv"), "w", newline="") as f:

@@ -111,6 +111,17 @@ def test_a_search_stops_at_adamws_run_count_and_says_so(tmp_path):
     assert "**0.008: 2.0000**" in text
 
 
+def test_a_later_command_naming_fewer_recipes_keeps_the_others_tuned_points(tmp_path):
+    """tuned.json, which the next stage reads every recipe's point from, keeps a recipe an earlier command tuned
+    when a later one names only others (RECIPES=adamw,soap after all five)."""
+    tuner = SyntheticTuner()
+    anchor = tuner.tune(tune.RecipeTuning("adamw", KEYS, dict(START)), budget=None, max_rounds=4)
+    lion = tuner.tune(tune.RecipeTuning("lion", KEYS, dict(START)), budget=6, max_rounds=4)
+    tune.write_outputs(str(tmp_path), [anchor, lion])
+    tune.write_outputs(str(tmp_path), [anchor])
+    assert set(json.loads((tmp_path / "tuned.json").read_text())) == {"adamw", "lion"}
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--recipes", "muon", "--keys", "learning_rate,beta2"],
      "recipe muon: config key 'beta2' is a setting of"),  # (AdamW, tuned first, reads beta2; Muon does not)
