@@ -52,6 +52,28 @@ def newton_schulz_reference(m: torch.Tensor) -> torch.Tensor:
     return x.T if tall else x
 
 
+def on_hidden_matrix(name: str, p: torch.Tensor) -> bool:
+    """The matrix rule's parameters as the matrix optimizers' authors route a GPT: the blocks' matrices (not the
+    embeddings, the tied head or the 1-D parameters)."""
+    return p.ndim == 2 and ".h." in name
+
+
+def muon_eq_reference(x: torch.Tensor) -> torch.Tensor:
+    """nanochat's MuonEq (muon_step_fused at 92d63d4), before the orthogonalisation: each row to the mean row norm."""
+    target = x.norm() / math.sqrt(x.size(0))
+    return x * (target / x.norm(dim=-1, keepdim=True).clamp_min(1e-6))
+
+
+def muon_plus_reference(o: torch.Tensor) -> torch.Tensor:
+    """nanochat's Muon+, after the orthogonalisation: the Frobenius norm of a semi-orthogonal matrix."""
+    return o * (math.sqrt(min(o.shape)) / o.norm().clamp_min(1e-6))
+
+
+def cautious_decay(update: torch.Tensor, w: torch.Tensor, cautious: bool) -> torch.Tensor | float:
+    """nanochat's cautious weight decay: the decay's mask, where the update and the weight agree in sign."""
+    return (update * w >= 0).double() if cautious else 1.0
+
+
 def check_element_wise_parity(name: str, overrides: dict, settings: dict, dtype: torch.dtype, tolerance: float,
                               reference_step, scheduled: bool = True, advance_group=None, evaluated=None) -> None:
     """Our `name` (with config overrides and settings) against reference_step(p, g, state, lr, wd, hp), one tensor

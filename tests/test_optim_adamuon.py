@@ -14,6 +14,7 @@ import optim.newton_schulz
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.adamuon import AdaMuon
+from parity import on_hidden_matrix
 from test_optim import TINY, tiny_config
 from test_optim_mars_m import official_ns5
 from test_optim_normuon import run_beside_reference
@@ -53,7 +54,7 @@ def adamw_reference(p, g, state, lr, wd, hp):
 
 def route(name: str, p: torch.Tensor) -> str:
     """configure_optimizers' routing, by our parameter names (the authors name the embedding wte, as we do)."""
-    return "adamuon" if p.ndim == 2 and ".h." in name else "decay" if p.ndim == 2 else "no_decay"
+    return "adamuon" if on_hidden_matrix(name, p) else "decay" if p.ndim == 2 else "no_decay"
 
 
 def reference_step(name, on_matrix_rule, p, g, state, multiplier, hp):

@@ -26,7 +26,7 @@ from conftest import scenario_result
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.dion import Q_SEED, Dion
-from parity import lr_multiplier, scheduled_step
+from parity import lr_multiplier, on_hidden_matrix, scheduled_step
 from test_bench_floor import step_flops
 from test_optim import TINY, tiny_config
 
@@ -95,7 +95,7 @@ def run_against_reference(dtype: torch.dtype, **settings) -> tuple[float, float]
     optimizer = build_optimizer(model, cfg, "cpu")
     assert isinstance(optimizer, Dion)
     named = list(model.named_parameters())
-    on_dion = [p.ndim == 2 and ".h." in n for n, p in named]
+    on_dion = [on_hidden_matrix(n, p) for n, p in named]
     reference = [p.detach().double().clone() for p in model.parameters()]
     states, position = [], 0
     for p, dion in zip(reference, on_dion):
@@ -240,7 +240,7 @@ def collectives_of_fsdp_steps(rt) -> dict:
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, steps)
         moved = [not torch.equal(a, b) for (n, p), a, b in zip(model.named_parameters(), after, before)
-                 if p.ndim == 2 and ".h." in n]
+                 if on_hidden_matrix(n, p)]
         outcome[name] = dict(ranks=ranks, finite=all(torch.isfinite(a).all().item() for a in after),
                              moved=all(moved))
     return outcome
@@ -258,7 +258,7 @@ def test_dion_under_fsdp_never_gathers_a_matrix(two_ranks):
     DTensor's full_tensor) runs. The probe sees the whole-matrix gathers of Shampoo's FSDP path."""
     result = scenario_result(two_ranks, "dion_fsdp_collectives")
     hp = tiny_config(optimizer="dion").hyperparameters
-    shapes = [tuple(p.shape) for n, p in GPT(GPTConfig(**TINY)).named_parameters() if p.ndim == 2 and ".h." in n]
+    shapes = [tuple(p.shape) for n, p in GPT(GPTConfig(**TINY)).named_parameters() if on_hidden_matrix(n, p)]
     ranks = [authors_rank(shape, hp.rank_fraction, hp.rank_multiple_of) for shape in shapes]
     assert all(r < min(shape) for shape, r in zip(shapes, ranks))
     wide = [(shape, r) for shape, r in zip(shapes, ranks) if shape[0] < shape[1]]

@@ -16,6 +16,7 @@ import torch
 import optim.dion2
 import optim.newton_schulz
 from optim.dion2 import Dion2
+from parity import on_hidden_matrix
 from test_optim_dion import AUTHORS_SCALAR_BETAS, reference_adamw
 from test_optim_normuon import run_beside_reference
 
@@ -64,10 +65,6 @@ def reference_dion2(X, G, state, lr, hp, nor):
     X.index_add_(select_dim, indices, U, alpha=-lr * math.sqrt(X.size(0) / X.size(1)))
 
 
-def on_dion2(name: str, p: torch.Tensor) -> bool:
-    return p.ndim == 2 and ".h." in name
-
-
 def run_both(name: str, dtype: torch.dtype, reference_settings: dict | None = None, **settings):
     nor = name == "nordion2"
 
@@ -79,7 +76,8 @@ def run_both(name: str, dtype: torch.dtype, reference_settings: dict | None = No
             state["step"] = state.get("step", 0) + 1
             reference_adamw(p, g, state, lr, *AUTHORS_SCALAR_BETAS, hp["dion_eps"], state["step"])
 
-    return run_beside_reference(name, {**SETTINGS, **settings}, dtype, on_dion2, reference_step, reference_settings)
+    return run_beside_reference(name, {**SETTINGS, **settings}, dtype, on_hidden_matrix, reference_step,
+                                reference_settings)
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ the registry; each setting changes the run (a test that cannot fail is a defect)
 NorMuon with all three land where one process does.
 """
 
-import math
-
 import pytest
 import torch
 
@@ -16,7 +14,10 @@ import optim.newton_schulz
 from conftest import relative_difference, run_train, scenario_result, step_weights, tiny_run_args, without_key_bias
 from model import GPT, GPTConfig
 from optim import build_optimizer
-from parity import STEPS, lr_multiplier, newton_schulz_reference, scheduled_step
+from parity import (
+    STEPS, cautious_decay, lr_multiplier, muon_eq_reference, muon_plus_reference, newton_schulz_reference,
+    scheduled_step,
+)
 from test_optim import TINY, tiny_config
 
 SETTINGS = {"muon_eq": dict(muon_eq=True), "muon_plus": dict(muon_plus=True),
@@ -28,15 +29,13 @@ def reference_step(w, g, state, lr, wd, mu, settings):
     """Our Muon's step with nanochat's three settings as its muon_step_fused writes them."""
     b = state["b"] = mu * state.get("b", torch.zeros_like(w)) + g
     x = g + mu * b
-    if settings.get("muon_eq"):  # each row to the mean row norm
-        target = x.norm() / math.sqrt(x.size(0))
-        x = x * (target / x.norm(dim=-1, keepdim=True).clamp_min(1e-6))
+    if settings.get("muon_eq"):
+        x = muon_eq_reference(x)
     o = newton_schulz_reference(x)
-    if settings.get("muon_plus"):  # the Frobenius norm of a semi-orthogonal matrix
-        o = o * (math.sqrt(min(o.shape)) / o.norm().clamp_min(1e-6))
+    if settings.get("muon_plus"):
+        o = muon_plus_reference(o)
     o = o * max(1.0, w.size(0) / w.size(1)) ** 0.5
-    mask = (o * w >= 0).double() if settings.get("cautious_weight_decay") else 1.0
-    return w - lr * o - lr * wd * w * mask
+    return w - lr * o - lr * wd * w * cautious_decay(o, w, settings.get("cautious_weight_decay", False))
 
 
 @pytest.mark.parametrize("newton_schulz_dtype, tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-12)],

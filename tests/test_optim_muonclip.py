@@ -20,7 +20,7 @@ from conftest import without_key_bias
 from model import GPT, GPTConfig, apply_rotary, rotary_tables
 from optim import build_optimizer
 from optim.muonclip import record_max_logits
-from parity import newton_schulz_reference
+from parity import newton_schulz_reference, on_hidden_matrix
 from test_optim import TINY, tiny_config
 
 STEPS = 6
@@ -126,7 +126,7 @@ def test_muonclip_is_moonlight_then_kimi_k2s_qk_clip(architecture):
     # embeddings, the tied head and the 1-D parameters on its AdamW), restated here; ours must route the same way
     hp = cfg.hyperparameters
     assert not hp.muon_nesterov  # (the default is K2's plain momentum)
-    on_muon = {name: p.ndim == 2 and ".h." in name for name, p in reference.named_parameters()}
+    on_muon = {name: on_hidden_matrix(name, p) for name, p in reference.named_parameters()}
     names = {id(p): n for n, p in runs[torch.float64].named_parameters()}
     assert {names[id(p)]: g["use_muon"] for g in optimizers[torch.float64].param_groups for p in g["params"]} == on_muon
     base = AlgorithmOne([dict(params=[p for name, p in reference.named_parameters() if on_muon[name] == use_muon],

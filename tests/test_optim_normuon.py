@@ -8,8 +8,6 @@ nanochat's three Muon settings too (MuonEq, Muon+, cautious weight decay, at the
 them).
 """
 
-import math
-
 import pytest
 import torch
 
@@ -17,7 +15,9 @@ import optim.newton_schulz
 from model import GPT, GPTConfig
 from optim import build_optimizer
 from optim.normuon import NorMuon, row_mean_squares
-from parity import STEPS, lr_multiplier, scheduled_step
+from parity import (
+    STEPS, cautious_decay, lr_multiplier, muon_eq_reference, muon_plus_reference, on_hidden_matrix, scheduled_step,
+)
 from test_optim import TINY, tiny_config
 from test_optim_mars_m import official_ns5
 from test_optim_muon import SETTINGS as NANOCHAT
@@ -35,12 +35,11 @@ def normuon_reference(p, g, state, lr, hp):
     second_momentum = state.setdefault("second_momentum_buffer", torch.zeros_like(p[..., 0:1]))
     momentum.lerp_(g, 1 - hp["muon_momentum"])
     update = g.lerp(momentum, hp["muon_momentum"]) if hp["muon_nesterov"] else momentum
-    if hp.get("muon_eq"):  # each row to the mean row norm
-        target = update.norm() / math.sqrt(update.size(0))
-        update = update * (target / update.norm(dim=-1, keepdim=True).clamp_min(1e-6))
+    if hp.get("muon_eq"):
+        update = muon_eq_reference(update)
     update = official_ns5(update)
-    if hp.get("muon_plus"):  # the Frobenius norm of a semi-orthogonal matrix
-        update = update * (math.sqrt(min(update.shape)) / update.norm().clamp_min(1e-6))
+    if hp.get("muon_plus"):
+        update = muon_plus_reference(update)
     vnorm = update.norm(dim=(-2, -1), keepdim=True)
     v_mean = torch.mean(update * update, dim=-1, keepdim=True)
     second_momentum.lerp_(v_mean, 1 - hp["normuon_beta2"])
@@ -48,7 +47,7 @@ def normuon_reference(p, g, state, lr, hp):
     vnorm_new = update.norm(dim=(-2, -1), keepdim=True)
     update = update * (vnorm / vnorm_new.add_(1e-10))
     update *= max(1, g.size(-2) / g.size(-1)) ** 0.5
-    mask = (update * p >= 0).double() if hp.get("cautious_weight_decay") else 1.0
+    mask = cautious_decay(update, p, hp.get("cautious_weight_decay", False))
     p.sub_(lr * hp["weight_decay"] * p * mask).add_(update, alpha=-lr)
 
 
@@ -89,11 +88,6 @@ def run_beside_reference(name: str, settings: dict, dtype: torch.dtype, on_matri
             for (n, p), on, q in zip(model.named_parameters(), matrix_rule, reference)]
 
 
-def on_normuon(name: str, p: torch.Tensor) -> bool:
-    """The routing: the blocks' matrices (not the embeddings, the tied head, the 1-D parameters)."""
-    return p.ndim == 2 and ".h." in name
-
-
 def reference_step(name, on_matrix_rule, p, g, state, multiplier, hp):
     """NorMuon on the blocks' matrices, the authors' Adam at lr_1d on the rest."""
     if on_matrix_rule:
@@ -103,7 +97,7 @@ def reference_step(name, on_matrix_rule, p, g, state, multiplier, hp):
 
 
 def run_both(dtype: torch.dtype, reference_settings: dict | None = None, **settings) -> list[tuple[str, bool, float]]:
-    errors = run_beside_reference("normuon", {**SETTINGS, **settings}, dtype, on_normuon, reference_step,
+    errors = run_beside_reference("normuon", {**SETTINGS, **settings}, dtype, on_hidden_matrix, reference_step,
                                   reference_settings)
     assert isinstance(build_optimizer(GPT(GPTConfig(**TINY)), tiny_config(optimizer="normuon"), "cpu"), NorMuon)
     return errors

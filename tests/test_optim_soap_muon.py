@@ -14,9 +14,9 @@ import torch
 
 import optim.newton_schulz
 from optim.soap_muon import SOAPMuon
-from parity import STEPS
+from parity import STEPS, on_hidden_matrix
 from test_optim_hyperball import modded_newton_schulz
-from test_optim_normuon import adam_reference, on_normuon, run_beside_reference
+from test_optim_normuon import adam_reference, run_beside_reference
 
 SETTINGS = dict(compile=False, learning_rate=2e-2, weight_decay=0.05, muon_momentum=0.9, lr_1d=3e-3,
                 weight_decay_1d=0.05, beta1_1d=0.8, beta2_1d=0.95, precondition_frequency=3)
@@ -77,7 +77,7 @@ def reference_step(name, on_matrix_rule, p, g, state, multiplier, hp):
 
 
 def run_both(dtype: torch.dtype, reference_settings: dict | None = None, **settings):
-    return run_beside_reference("soap-muon", {**SETTINGS, **settings}, dtype, on_normuon, reference_step,
+    return run_beside_reference("soap-muon", {**SETTINGS, **settings}, dtype, on_hidden_matrix, reference_step,
                                 reference_settings)
 
 
