@@ -120,9 +120,10 @@ def test_a_run_with_the_coupled_decay_resumes_bit_for_bit(tiny_dataset, tmp_path
     assert math.isfinite(sum(v.float().sum().item() for v in straight.values()))
 
 
-def sharded_run_args(tiny_dataset: str, out, **more) -> list[str]:
+def sharded_run_args(tiny_dataset: str, out, schedule: str = "lr", **more) -> list[str]:
     return tiny_run_args(tiny_dataset, str(out), max_iters=6, eval_interval=3, warmup_iters=2, lr_decay_iters=6,
-                         optimizer="muon", weight_decay=0.5, weight_decay_schedule="lr", micro_batch_size=4, **more)
+                         optimizer="muon", weight_decay=0.5, weight_decay_schedule=schedule, micro_batch_size=4,
+                         **more)
 
 
 def two_rank_scenarios(tiny_dataset: str, folder) -> list[tuple]:
@@ -136,8 +137,7 @@ def test_fsdp_on_two_ranks_decays_as_one_process(tiny_dataset, tmp_path, two_ran
     row shards, the 1-D groups' on AdamW) under FSDP2 on two ranks ends where one process does, far nearer than the
     schedule moves the run (measured 1.2e-3)."""
     run_train(sharded_run_args(tiny_dataset, tmp_path / "one"))
-    run_train([arg for arg in sharded_run_args(tiny_dataset, tmp_path / "constant")
-               if "weight_decay_schedule" not in arg])
+    run_train(sharded_run_args(tiny_dataset, tmp_path / "constant", schedule="constant"))
     assert scenario_result(two_ranks, "coupled_decay_fsdp")["status"] == 0
     one = without_key_bias(step_weights(str(tmp_path / "one"), 6))
     fsdp = without_key_bias(step_weights(str(two_ranks_folder / "coupled_decay_fsdp"), 6))
