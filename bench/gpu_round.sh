@@ -15,11 +15,14 @@
 #            family: tokens/s, peak allocated and reserved memory
 #   memory   memory-only rows (a log step's peak) of small, medium and large under DDP, and XL under FSDP with
 #            activation checkpointing, each with bench.memory's prediction of what max_memory_allocated sees
+#   xl       the memory stage's XL row alone
 #   large    timed rows of llama-124m and llama-720m, then of large and XL under FSDP with activation checkpointing
 #            (RUN_S caps each of a stage's runs, so that the first leaves the second its time)
 #   matrix   whole training steps of the matrix optimizers beside AdamW's (bench.gpu's rows and its floor table:
-#            step / floor, the whole step against AdamW's): GPT-2 small and llama-124m with Muon, Moonlight, MARS-M,
-#            SOAP, Kron and Scion, then llama-720m with the first four (about 17 s a row on the H200; RUN_S caps each)
+#            step / floor, the whole step against AdamW's): GPT-2 small, then llama-124m, with Muon, Moonlight,
+#            MARS-M, SOAP, Kron and Scion, one process per model (bench.gpu prints its floor table after the last
+#            row, so a process cut off at its cap leaves rows but no floors; about 17 s a row on the H200)
+#   matrix720  the same on llama-720m, with the first four
 #   new      the same rows of the 2026 optimizers (NorMuon, AdaMuon, MuonClip, Dion, Dion2, NorDion2, SOAP-Muon,
 #            Shampoo, AdamH, MuonH) on GPT-2 small
 #   async    train.py on GPT-2 small, FSDP on one GPU, a checkpoint every 10 steps: how long a save holds
@@ -101,17 +104,19 @@ for stage in "$@"; do
         done ;;
     graphs)
         bench_gpu 150 --micro-batch 16 --compile-mode reduce-overhead --profile-steps 3 ;;
-    fsdp | memory | large | matrix | new)
+    fsdp | memory | xl | large | matrix | matrix720 | new)
         families=adamw,mars-approx,mars-exact,muon
         case $stage in
         fsdp) runs=("--data-parallel ddp --models small --memory-only '' --optimizers $families"
                     "--data-parallel fsdp --models small --memory-only '' --optimizers $families") ;;
         memory) runs=("--models '' --memory-only small,medium,large --optimizers adamw,mars-exact,muon"
                       "--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon") ;;
+        xl) runs=("--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon") ;;
         large) runs=("--models llama-124m,llama-720m --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon"
                      "--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
-        matrix) runs=("--models small,llama-124m --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap,kron,scion"
-                      "--models llama-720m --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap") ;;
+        matrix) runs=("--models small --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap,kron,scion"
+                      "--models llama-124m --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap,kron,scion") ;;
+        matrix720) runs=("--models llama-720m --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap") ;;
         new) runs=("--models small --memory-only '' --optimizers adamw,normuon,adamuon,muonclip,dion,dion2,nordion2,soap-muon,shampoo,adamh,muonh") ;;
         esac
         for run in "${runs[@]}"; do

@@ -472,7 +472,9 @@ def main() -> None:
         model = GPT(config)
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
-    # Two gradient sets used alternately: fresh tensors each step, as with zero_grad(set_to_none=True).
+    # Two gradient sets, each optimizer alternating between them from one of its steps to the next, whatever
+    # the phase (warm-up, timing, recording): fresh tensors each step, as with zero_grad(set_to_none=True), so
+    # that an optimizer keeping the last gradient by reference (MARS) never finds it reused.
     gradient_sets = [[torch.randn_like(p) * 1e-3 for p in params] for _ in range(2)]
     factories = make_optimizers(model, device, compiled=not args.smoke)
     names = args.optimizers.split(",")
@@ -481,10 +483,12 @@ def main() -> None:
             parser.error(f"unknown optimizer {name!r}; choose from {', '.join(factories)}")
     optimizers = {name: factories[name]() for name in names}
     memory = PeakMemory(device)
+    steps_taken = dict.fromkeys(names, 0)
 
-    def timed_step(name: str, step: int) -> tuple[float, int]:
-        for p, g in zip(params, gradient_sets[step % 2]):
+    def timed_step(name: str) -> tuple[float, int]:
+        for p, g in zip(params, gradient_sets[steps_taken[name] % 2]):
             p.grad = g
+        steps_taken[name] += 1
         memory.start()
         t0 = time.perf_counter()
         optimizers[name].step()
@@ -497,8 +501,8 @@ def main() -> None:
           f"{torch.get_num_threads()} threads, torch {torch.__version__}")
     for i, name in enumerate(names, start=1):  # warm-up: state allocation, compilation (most of a run's time)
         print(f"\rwarming up (compiling) {i}/{len(names)}: {name:<24}", end="", file=sys.stderr, flush=True)
-        for step in range(2):
-            timed_step(name, step)
+        for _ in range(2):
+            timed_step(name)
     # An optimizer with a periodic product (SOAP's refresh every 10 steps) takes a whole number of its periods of
     # steps, and its step is their mean (its refreshes amortised, as its floor amortises them); every other's step
     # is the median of args.repeats steps.
@@ -509,7 +513,7 @@ def main() -> None:
     for repeat in range(max(step_counts.values())):
         print(f"\rtiming: step {repeat + 1}/{max(step_counts.values())}{'':<30}", end="", file=sys.stderr, flush=True)
         for name in (name for name in names if repeat < step_counts[name]):
-            seconds, peak = timed_step(name, repeat)
+            seconds, peak = timed_step(name)
             times[name].append(seconds)
             peaks[name] = max(peaks[name], peak)
     print(file=sys.stderr)
@@ -527,8 +531,8 @@ def main() -> None:
                     for t in state_tensors(list(s.values())) if t.numel() > 1)  # (not the 0-d step counts)
         print(f"{name:<22} {seconds * 1e3:>10.1f}ms {ratio:>15} {extra:>24} {state / model_bytes:>8.2f}x")
 
-    products = {name: recorded_products(optimizers[name], lambda: [timed_step(name, i)  # (whole periods, as timed)
-                                                                   for i in range(step_counts[name])])
+    products = {name: recorded_products(optimizers[name], lambda: [timed_step(name)  # (whole periods, as timed)
+                                                                   for _ in range(step_counts[name])])
                 for name in names if declared[name]}
     if products:
         print()

@@ -153,14 +153,16 @@ def run_module(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_optimizer_step_prints_the_floor_rows_of_the_matrix_optimizers():
-    """`python -m bench.optimizer_step --smoke --optimizers adamw-fused,muon` (its --quick has GPT-2 small's
-    50304-wide embedding, whose NS5 takes seconds a step on a CPU): a floor row for Muon and none for fused AdamW,
-    with Muon's FLOPs as its products() count them, step / floor and the ratio to fused AdamW those of the printed
-    times; then the owner plan of the run's model."""
-    proc = run_module("bench.optimizer_step", "--smoke", "--optimizers", "adamw-fused,muon")
+    """`python -m bench.optimizer_step --smoke --optimizers adamw-fused,muon,mars-m` (its --quick has GPT-2
+    small's 50304-wide embedding, whose NS5 takes seconds a step on a CPU): a floor row for Muon and none for fused
+    AdamW, with Muon's FLOPs as its products() count them, step / floor and the ratio to fused AdamW those of the
+    printed times; then the owner plan of the run's model. MARS-M keeps the last gradient by reference: each of
+    its steps must find a gradient other than its last (an odd count of timed steps, then recording, gave it the
+    same one, and the run failed)."""
+    proc = run_module("bench.optimizer_step", "--smoke", "--optimizers", "adamw-fused,muon,mars-m")
     lines = proc.stdout.splitlines()
     # its progress on stderr while it compiles and times (a --quick run takes minutes)
-    assert "warming up (compiling) 2/2: muon" in proc.stderr and "timing: step 3/3" in proc.stderr, proc.stderr
+    assert "warming up (compiling) 2/3: muon" in proc.stderr and "timing: step 3/3" in proc.stderr, proc.stderr
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["optimizer", "step"]
                   and "floor" in line)
     for column in ("step ms", "GFLOP/step", "TFLOP/s at floor", "floor ms", "step/floor", "vs fused AdamW"):
