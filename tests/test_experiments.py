@@ -193,22 +193,23 @@ def test_an_untuned_row_says_whether_its_search_has_begun(tmp_path):
     def without(path, prefixes: tuple[str, ...]) -> str:
         return "".join(line for line in path.read_text().splitlines(keepends=True) if not line.startswith(prefixes))
 
-    # Sophia and Lion as if untuned, whatever results/ holds now; then Lion's search begun (9 runs)
-    (results / "tune" / "speedups.csv").write_text(without(results / "tune" / "speedups.csv", ("Sophia,", "Lion,")))
-    tuning = without(results / "tune" / "tuning.md", ("| sophia |", "| lion |"))
+    # Sophia, Lion and AdaMuon as if untuned, whatever results/ holds now; then Lion's search begun (9 runs)
+    (results / "tune" / "speedups.csv").write_text(without(results / "tune" / "speedups.csv",
+                                                           ("Sophia,", "Lion,", "AdaMuon,")))
+    tuning = without(results / "tune" / "tuning.md", ("| sophia |", "| lion |", "| adamuon |"))
     row = "| lion | 9 | 0.0100 | 2.6400 | unchanged | - | inf | inf | 0.4 |\n"
     tuning = tuning.replace("\n\nIn all:", "\n" + row + "\nIn all:", 1)
     (results / "tune" / "tuning.md").write_text(tuning)
-    # the archive: two finished runs of MuonClip's search (and a tuned link's run, not a search's)
+    # the archive: two finished runs of AdaMuon's search (and a tuned link's run, not a search's)
     runs = tmp_path / "runs"
-    for path in ("mini_tune/muonclip/lr=1/seed1", "mini_tune/muonclip/lr=2/seed1", "mini_tune/tuned/adamw/base/seed1"):
+    for path in ("mini_tune/adamuon/lr=1/seed1", "mini_tune/adamuon/lr=2/seed1", "mini_tune/tuned/adamw/base/seed1"):
         (runs / path).mkdir(parents=True)
         (runs / path / "metrics.jsonl").write_text("{}\n")
     with tarfile.open(results / "tune" / "runs.tar.xz", "w:xz") as tar:
         tar.add(runs / "mini_tune", arcname="mini_tune")
     rows = {line.split(" | ")[0].removeprefix("| "): line for line in tables.mini_table(str(results)).splitlines()}
     assert "| search under way (9 runs) |" in rows["Lion"]
-    assert "| search under way (2 runs) |" in rows["MuonClip"]
+    assert "| search under way (2 runs) |" in rows["AdaMuon"]
     assert "| not yet tuned |" in rows["Sophia"]
     assert "not yet" not in rows["Muon"] and "under way" not in rows["Muon"]
     # every mini recipe of the registry has its row: those added after the learning-rate-only runs, their tuned
