@@ -106,12 +106,12 @@ for stage in "$@"; do
         bench_gpu 150 --micro-batch 16 --compile-mode reduce-overhead --profile-steps 3 ;;
     fsdp | memory | xl | large | matrix | matrix720 | new)
         families=adamw,mars-approx,mars-exact,muon
+        xl_memory="--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon"
         case $stage in
         fsdp) runs=("--data-parallel ddp --models small --memory-only '' --optimizers $families"
                     "--data-parallel fsdp --models small --memory-only '' --optimizers $families") ;;
-        memory) runs=("--models '' --memory-only small,medium,large --optimizers adamw,mars-exact,muon"
-                      "--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon") ;;
-        xl) runs=("--data-parallel fsdp --activation-checkpointing --models '' --memory-only xl --optimizers adamw,mars-exact,muon") ;;
+        memory) runs=("--models '' --memory-only small,medium,large --optimizers adamw,mars-exact,muon" "$xl_memory") ;;
+        xl) runs=("$xl_memory") ;;
         large) runs=("--models llama-124m,llama-720m --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon"
                      "--data-parallel fsdp --activation-checkpointing --models large,xl --memory-only '' --optimizers adamw,mars-approx,mars-exact,muon") ;;
         matrix) runs=("--models small --memory-only '' --optimizers adamw,muon,moonlight,mars-m,soap,kron,scion"

@@ -219,14 +219,23 @@ def corrupt_newest(rt, source_run: str, args: list[str]) -> dict:
     return train(rt, args)
 
 
+def built(variant: str) -> tuple[GPT, torch.optim.Optimizer]:
+    """The model and optimizer train.py starts a run of this variant with (torch.manual_seed(seed), the model, then
+    the optimizer's builder: scion_init draws the weights anew)."""
+    cfg = load_config(run_args(variant, "unused", "unused", 1, "ddp"))
+    torch.manual_seed(cfg.seed)
+    model = GPT(GPTConfig(**cfg.model_args()))
+    return model, build_optimizer(model, cfg, "cpu")
+
+
 @functools.cache
 def straight_ckpt_interval(variant: str) -> int:
     """How often a variant's straight runs save: at steps 2 and 4, as the resumes do; but at every step, as the
-    asynchronous leg does, for an optimizer whose weights swap at a save (an EvaluationWeights: Schedule-Free's
-    y -> x -> y rounds), so that the runs compared bit for bit save at the same steps."""
-    cfg = load_config(run_args(variant, "unused", "unused", 1, "ddp"))
-    optimizer = build_optimizer(GPT(GPTConfig(**cfg.model_args())), cfg, "cpu")
-    return 1 if variant in FULL and isinstance(optimizer, EvaluationWeights) else SOURCE_STEP
+    asynchronous leg of a GPT-2 variant does, for an optimizer whose weights swap at a save (an EvaluationWeights:
+    Schedule-Free's y -> x -> y rounds), so that the runs compared bit for bit save at the same steps."""
+    if variant not in FULL:
+        return SOURCE_STEP
+    return 1 if isinstance(built(variant)[1], EvaluationWeights) else SOURCE_STEP
 
 
 def legs(data_dir: str, root: str) -> dict[str, tuple[int, list[tuple]]]:
@@ -360,13 +369,8 @@ FUSED_TAIL, ROUNDING_CHAOTIC = {"adamw"}, {"soap", "soap_muon"}  # (recipes)
 
 
 def initial_weights(variant: str) -> dict:
-    """The weights train.py starts a run of this variant from (torch.manual_seed(seed), the model, then the
-    optimizer's builder: scion_init draws them anew)."""
-    cfg = load_config(run_args(variant, "unused", "unused", 1, "ddp"))
-    torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(**cfg.model_args()))
-    build_optimizer(model, cfg, "cpu")
-    return model.state_dict()
+    """The weights train.py starts a run of this variant from."""
+    return built(variant)[0].state_dict()
 
 
 def last_diagnostics(run: str) -> dict:
