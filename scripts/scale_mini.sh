@@ -16,7 +16,8 @@
 #   betas192  AGI-Arena/MARS issue 7 at width 192: AdamW at MARS's betas and MARS at AdamW's, each at its point
 #             checked there (AdamW's and MARS-approx's seeds 1-3 there, linked, are the other column; MARS-exact, whose
 #             tuned beta2 is 0.995, runs MARS's betas too), seeds 1-3
-# STAGES=tokens4x,transfer: only those (betas192 after width192); RECIPES: the recipes of the checks (default the mission's five).
+# STAGES=tokens4x,transfer: only those (betas192 after width192); RECIPES: the recipes of the checks and of betas192
+# (default the mission's five).
 # Results in out/scale/<stage>/ (tuning.md, tuned/report/report.md; transfer.md and transfer.png; gaps.md).
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
@@ -101,22 +102,28 @@ for stage in "${stages[@]}"; do
         width192) check_point "$root/width192" "$root/tokens4x/tuned.json" "${width192[@]}" ;;
         betas192)
             point="$root/width192"
-            for recipe in adamw mars_approx mars_exact; do  # (each from its point checked there)
+            runs=()  # (each recipe of RECIPES among these three, from its point checked there)
+            for recipe in adamw mars_approx mars_exact; do
+                [[ ",$recipes," == *",$recipe,"* ]] || continue
                 [[ -d "$point/tuned/$recipe/base" ]] || {
-                    echo "error: $point holds no checked point of $recipe (tuned/$recipe): run the width192 stage with" \
-                         "RECIPES including it to its end first" >&2; exit 2; }
+                    echo "error: $point holds no checked point of $recipe (tuned/$recipe): run the width192" \
+                         "stage with RECIPES including it to its end first" >&2; exit 2; }
+                args="$(checked "$point" "$recipe" "${width192[@]}")"  # (assigned first: a failure stops the script)
+                case "$recipe" in
+                    adamw) runs+=(--recipe "adamw@0.95-0.99=$args --beta1=0.95 --beta2=0.99") ;;
+                    mars_approx) runs+=(--recipe "mars_approx@0.9-0.95=$args --beta1=0.9 --beta2=0.95") ;;
+                    mars_exact) runs+=(--recipe "mars_exact@0.9-0.95=$args --beta1=0.9 --beta2=0.95"
+                                       --recipe "mars_exact@0.95-0.99=$args --beta1=0.95 --beta2=0.99") ;;
+                esac
             done
-            adamw="$(checked "$point" adamw "${width192[@]}")"  # (assigned first: a failure stops the script)
-            mars_approx="$(checked "$point" mars_approx "${width192[@]}")"
-            mars_exact="$(checked "$point" mars_exact "${width192[@]}")"
+            (( ${#runs[@]} )) || { echo "error: RECIPES holds none of adamw, mars_approx, mars_exact" >&2; exit 2; }
             python3 -m experiments.sweep "$root/betas192" config/mini.py "${width192[@]}" --seeds 1,2,3 --jobs "$JOBS" \
-                --recipe "adamw@0.95-0.99=$adamw --beta1=0.95 --beta2=0.99" \
-                --recipe "mars_approx@0.9-0.95=$mars_approx --beta1=0.9 --beta2=0.95" \
-                --recipe "mars_exact@0.9-0.95=$mars_exact --beta1=0.9 --beta2=0.95" \
-                --recipe "mars_exact@0.95-0.99=$mars_exact --beta1=0.95 --beta2=0.99"
+                "${runs[@]}"
             # (their checked points' runs; not MARS-exact's, whose tuned beta2 is 0.995: it runs MARS's betas above)
             for own in adamw@0.9-0.95 mars_approx@0.95-0.99; do
-                ln -sfn "../width192/tuned/${own%@*}" "$root/betas192/$own"
+                if [[ ",$recipes," == *",${own%@*},"* ]]; then
+                    ln -sfn "../width192/tuned/${own%@*}" "$root/betas192/$own"
+                fi
             done
             python3 -m experiments.gaps "$root/betas192" --variants 0.9-0.95,0.95-0.99 ;;
         *) echo "error: STAGES holds '$stage'; the stages are tokens4x, transfer, swaps, betas, width192, betas192" >&2
