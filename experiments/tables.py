@@ -561,12 +561,23 @@ NEW_2026 = {"NorMuon": "normuon", "AdaMuon": "adamuon", "MuonClip": "muonclip", 
             "AdamH": "adamh", "MuonH": "muonh"}
 
 
+def added_since(results: str = RESULTS) -> set[str]:
+    """Display names of the mini recipes added after the 2026 optimizers' learning-rate-only runs: neither those
+    (results/mini_2026/report.md) nor the first ones (results/mini/speedups.csv) ran them, so only the protocol's
+    row is theirs."""
+    from config.cells import mini_recipes
+
+    ran = set(read_speedups(os.path.join(results, "mini", "speedups.csv")))
+    ran |= {r["optimizer"] for r in report_table(os.path.join(results, "mini_2026", "report.md"), "optimizer")}
+    return {recipe_display_name(r) for r in mini_recipes()} - ran
+
+
 def new_2026_table(results: str = RESULTS) -> str:
     """docs/reproducing.md's table of the 2026 optimizers: their learning-rate-only runs (seeds 1-3 at the rate the
     sweep chose, config/mini_<name>.py; MuonClip at Moonlight's tuned recipe) beside the tuned recipes, from results/mini_2026/report.md (experiments.report
     over both: its loss table, Welch tests against the tuned AdamW and speedups over the tuned AdamW's ladder), best
     first; the tuned AdamW and Muon for scale; and each one's row tuned by the protocol as it finishes
-    (results/tune/speedups.csv)."""
+    (results/tune/speedups.csv), the optimizers added since (added_since) after them, that row alone."""
     path = os.path.join(results, "mini_2026", "report.md")
     welch = welch_against(path, REFERENCE)
     speedups = {r["optimizer"]: r for r in report_table(path, "optimizer") if "speedup (95% interval)" in r}
@@ -587,6 +598,12 @@ def new_2026_table(results: str = RESULTS) -> str:
             loss_text(tuned[name]), speedup_text(tuned[name]["speedup"], tuned[name]["low"], tuned[name]["high"]))
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
                      f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {' | '.join(protocol)} |")
+    added = added_since(results) & started.keys()  # (after the seven, best tuned first, then those under way)
+    for name in sorted(added, key=lambda n: (n not in tuned, tuned[n]["loss_mean"] if n in tuned else 0.0)):
+        protocol = (loss_text(tuned[name]), speedup_text(tuned[name]["speedup"], tuned[name]["low"],
+                                                          tuned[name]["high"])) if name in tuned else (
+            f"under way ({runs_text(started[name])})", "")
+        lines.append(f"| {name} | added: tuned only |  |  |  |  | {' | '.join(protocol)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -624,8 +641,8 @@ def tuned_baselines_table(results: str = RESULTS) -> str:
     tuned AdamW (results/tune/report.md: its p, and whether the optimizer is ahead or behind)."""
     tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))
     welch = welch_against(os.path.join(results, "tune", "report.md"), REFERENCE)
-    baselines = {name: row for name, row in searches(results).items()
-                 if name not in FIRST_TUNED and name not in NEW_2026}  # (the 2026 ones: new_2026's table)
+    elsewhere = {*FIRST_TUNED, *NEW_2026, *added_since(results)}  # (the 2026 ones and the added: new_2026's table)
+    baselines = {name: row for name, row in searches(results).items() if name not in elsewhere}
     lines = ["| optimizer | search runs | tuned, seeds 1-4 | over the tuned AdamW | Welch p | core-hours |",
              "| --- | --- | --- | --- | --- | --- |"]
     for name in sorted(baselines, key=lambda n: tuned[n]["loss_mean"]):

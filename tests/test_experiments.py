@@ -130,6 +130,7 @@ def test_the_reproducing_pages_tables_are_generated():
     assert "| MARS-exact − AdamW (Welch p) | −0.049 (0.60) | +0.012 (0.32) | −0.102 (0.047) |" in found["ladder"]
     assert "| NorMuon | learning rate | 2e-2 | 1.912 ± 0.002 | -0.368, p < 0.001 | 2.48x (2.40 to 2.55) |" \
         in found["new_2026"]
+    assert "| Dion2 | added: tuned only |  |  |  |  | 1.706 ± 0.013 | 3.54x (3.39 to 3.68) |" in found["new_2026"]
     assert ("| Shampoo | learning rate | 2.135 ± 0.013 | 1.694 ± 0.019 | +0.071, p = 0.0099 | 0.88x (0.81 to 0.96) |"
             in found["new_2026_llama"])
     assert "| Kron | 29, capped | 1.945 ± 0.079 | 2.35x (1.78 to 2.94) | 0.002, ahead | 1.3 |" in found["tuned_baselines"]
@@ -175,7 +176,8 @@ def test_a_stale_table_is_rewritten_and_check_names_it(tmp_path):
     fresh = tables.render(stale)
     assert fresh.startswith("before\n<!-- table:mini -->\n| optimizer |") and fresh.endswith("<!-- /table -->\nafter\n")
     assert "| Muon | 2.032 ± 0.005 | 2.82x (2.64 to 3.05) | 2.22x (2.08 to 2.40) | 1.740 ± 0.008 |" in fresh
-    assert "| Dion | (added after these runs) | | | **1.720 ± 0.012** | **3.46x (3.33 to 3.59)** |" in fresh  # (the best)
+    assert "| Dion2 | (added after these runs) | | | **1.706 ± 0.013** | **3.54x (3.39 to 3.68)** |" in fresh  # (the best)
+    assert "| Dion | (added after these runs) | | | 1.720 ± 0.012 | 3.46x (3.33 to 3.59) |" in fresh
     assert tables.render(fresh) == fresh
     from errors import InputError
     with pytest.raises(InputError, match="no such table"):
