@@ -184,7 +184,7 @@ MINI_RECIPES: dict[str, dict[str, MiniRecipe]] = {
     "dion2": {"dion2": MiniRecipe("config/mini_dion2.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2),
                                   ("warmup_iters", "dion_momentum", "ortho_fraction"))},
     "nordion2": {"nordion2": MiniRecipe("config/mini_nordion2.py", (5e-3, 1e-2, 2e-2, 4e-2, 8e-2),
-                                        ("warmup_iters", "dion_momentum", "normuon_beta2"))},
+                                        ("warmup_iters", "dion_momentum", "ortho_fraction", "normuon_beta2"))},
     "shampoo": {"shampoo": MiniRecipe("config/mini_shampoo.py", (3.75e-4, 7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2),
                                       ("warmup_iters", "beta2", "precondition_frequency"))},
     # the hyperball optimizers: learning_rate is the hyperball's (a step of lr times each matrix's norm)
