@@ -781,7 +781,8 @@ def speedup_section(runs: list[Run], gpu: GpuRows, speedups: list[dict] | None =
                         loss_std=f"{statistics.stdev(losses):.6g}" if len(losses) > 1 else "0",
                         speedup=1 if reference else f"{result.value:.6g}",
                         low="" if reference or result.low is None else f"{result.low:.6g}",
-                        high="" if reference or result.high is None else f"{result.high:.6g}"))
+                        high="" if reference or result.high is None else f"{result.high:.6g}",
+                        lowest=f"{result.lowest:.6g}", highest=f"{result.highest:.6g}"))  # (0 and inf's bounds)
                 rows.append([row, format_tokens(budget), f"{statistics.mean(losses):.4f}", reached, result.text(),
                              projected.text() if projected else "", str(len(losses))])
         optimizers = list(dict.fromkeys(r.optimizer for r in setting_runs))

@@ -97,16 +97,28 @@ def read_speedups(path: str) -> dict[str, dict]:
             out[row["optimizer"]] = {"loss_mean": float(row["loss_mean"]), "loss_std": float(row["loss_std"]),
                                      "speedup": float(row["speedup"]),
                                      "low": float(row["low"]) if row["low"] else None,
-                                     "high": float(row["high"]) if row["high"] else None}
+                                     "high": float(row["high"]) if row["high"] else None,
+                                     "lowest": float(row["lowest"]) if row.get("lowest") else None,
+                                     "highest": float(row["highest"]) if row.get("highest") else None}
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"{path}, line {number}: not a speedups.csv row ({e}); fix the row") from None
     return out
 
 
-def speedup_text(value: float, low: float | None, high: float | None) -> str:
-    if low is None or high is None:
-        return f"{value:g}x"
-    return f"{value:.2f}x ({low:.2f} to {high:.2f})"
+def bound_text(x: float, row: dict) -> str:
+    """A speedup or an interval's end to 2 decimals; past AdamW's ladder (inf, 0), the ladder's end it passed."""
+    if x == math.inf and row.get("highest") is not None:
+        return f"> {row['highest']:.3g}"
+    if x == 0.0 and row.get("lowest") is not None:
+        return f"< {row['lowest']:.3g}"
+    return f"{x:.2f}"
+
+
+def speedup_text(row: dict) -> str:
+    """A speedups.csv row's speedup with its interval (AdamW's own, without one: as it is)."""
+    if row["low"] is None or row["high"] is None:
+        return f"{row['speedup']:g}x"
+    return f"{bound_text(row['speedup'], row)}x ({bound_text(row['low'], row)} to {bound_text(row['high'], row)})"
 
 
 def projected(gpu, optimizer: str, row: dict) -> str:
@@ -116,10 +128,13 @@ def projected(gpu, optimizer: str, row: dict) -> str:
     if optimizer not in gpu.rows:
         return ""
     if row["low"] is None:
-        return speedup_text(row["speedup"], None, None)
-    scaled = projected_gpu_speedup(Speedup(row["speedup"], row["low"], row["high"], row["low"], row["high"]),
+        return speedup_text({**row, "high": None})
+    known = row.get("lowest") is not None  # (an older speedups.csv has no ladder ends: its bounds print as numbers)
+    ends = (row["lowest"], row["highest"]) if known else (0.0, math.inf)
+    scaled = projected_gpu_speedup(Speedup(row["speedup"], row["low"], row["high"], *ends),
                                    gpu.rows[REFERENCE]["whole_step_ms"], gpu.rows[optimizer]["whole_step_ms"])
-    return speedup_text(scaled.value, scaled.low, scaled.high)
+    return speedup_text({"speedup": scaled.value, "low": scaled.low, "high": scaled.high,
+                         "lowest": scaled.lowest if known else None, "highest": scaled.highest if known else None})
 
 
 def mini_table(results: str = RESULTS) -> str:
@@ -152,7 +167,7 @@ def mini_table(results: str = RESULTS) -> str:
                 cells += [state, "", ""]
                 continue
             found = [f"{row['loss_mean']:.3f} ± {row['loss_std']:.3f}",
-                     speedup_text(row["speedup"], row["low"], row["high"]), projected(gpu, name, row)]
+                     speedup_text(row), projected(gpu, name, row)]
             cells += [f"**{c}**" if c and best[id(group)] == name else c for c in found]
         lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
     return "\n".join(lines) + "\n"
@@ -324,7 +339,7 @@ def lr_only_table(results: str = RESULTS) -> str:
             speedup = gpu_speedup = own_interval(report)
             test = ""
         else:
-            speedup, gpu_speedup = speedup_text(row["speedup"], row["low"], row["high"]), projected(gpu, name, row)
+            speedup, gpu_speedup = speedup_text(row), projected(gpu, name, row)
             test = welch_text(welch[name], p_decimals)
         cells = [LABELS.get(name, name), bold(loss_text(row), name == best), rate["learning_rate"], test,
                  bold(speedup, name == best), bold(gpu_speedup, name == best)]
@@ -399,9 +414,9 @@ def tuned_table(results: str = RESULTS) -> str:
             gpu_speedup = speedup
         else:
             test = welch_text(welch[name], p_decimals)
-            speedup = speedup_text(after["speedup"], after["low"], after["high"])
+            speedup = speedup_text(after)
             gpu_speedup = projected(gpu, name, after)
-        cells = [name, loss_text(before), speedup_text(before["speedup"], before["low"], before["high"]),
+        cells = [name, loss_text(before), speedup_text(before),
                  projected(gpu, name, before), search["runs"].replace(" (capped)", ", capped"), move["moved"],
                  bold(loss_text(after), name == best), seed1, test, bold(speedup, name == best),
                  bold(gpu_speedup, name == best)]
@@ -595,13 +610,12 @@ def new_2026_table(results: str = RESULTS) -> str:
         how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
         state = f"under way ({runs_text(started[name])})" if name in started else "not yet"
         protocol = ("", "") if not recipe else (state, "") if name not in tuned else (
-            loss_text(tuned[name]), speedup_text(tuned[name]["speedup"], tuned[name]["low"], tuned[name]["high"]))
+            loss_text(tuned[name]), speedup_text(tuned[name]))
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
                      f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {' | '.join(protocol)} |")
     added = added_since(results) & started.keys()  # (after the seven, best tuned first, then those under way)
     for name in sorted(added, key=lambda n: (n not in tuned, tuned[n]["loss_mean"] if n in tuned else 0.0)):
-        protocol = (loss_text(tuned[name]), speedup_text(tuned[name]["speedup"], tuned[name]["low"],
-                                                          tuned[name]["high"])) if name in tuned else (
+        protocol = (loss_text(tuned[name]), speedup_text(tuned[name])) if name in tuned else (
             f"under way ({runs_text(started[name])})", "")
         lines.append(f"| {name} | added: tuned only |  |  |  |  | {' | '.join(protocol)} |")
     return "\n".join(lines) + "\n"
@@ -649,7 +663,7 @@ def tuned_baselines_table(results: str = RESULTS) -> str:
         row, (difference, p) = tuned[name], welch[name]
         test = p_decimals(p).removeprefix("p = ").removeprefix("p ") + (", ahead" if difference < 0 else ", behind")
         lines.append(f"| {name} | {baselines[name]['runs'].replace(' (capped)', ', capped')} | {loss_text(row)} | "
-                     f"{speedup_text(row['speedup'], row['low'], row['high'])} | {test} | "
+                     f"{speedup_text(row)} | {test} | "
                      f"{baselines[name]['core-hours']} |")
     return "\n".join(lines) + "\n"
 
