@@ -168,6 +168,9 @@ def run_of(folder: str, info: dict, rows: list[dict]) -> Run | None:
     clock = training_seconds([r for r in rows if r["type"] == "train"])
     val = []
     for row in (r for r in rows if r["type"] == "val"):
+        if not math.isfinite(row["val_loss"]):  # (train.py stops before it logs one: the file was damaged)
+            raise InputError(f"{os.path.join(folder, 'metrics.jsonl')}: validation loss {row['val_loss']} at step "
+                             f"{row['step']}, which train.py never writes; rerun that run or leave it out")
         seconds = max((s for step, s in clock if step <= row["step"]), default=0.0)
         val.append((row["step"], row["tokens"], seconds, row["val_loss"]))
     if not val:
@@ -545,12 +548,13 @@ class Speedup:
     lowest: float  # AdamW's smallest budget / the optimizer's: the least the ladder can measure
     highest: float  # AdamW's largest budget / the optimizer's: the most
 
-    def bound(self, x: float) -> str:
+    def bound(self, x: float, spec: str = ".3g") -> str:
+        """x in spec's format, or past the ladder the end it passed ("> 4", "< 0.25")."""
         if x == math.inf:
             return f"> {self.highest:.3g}"
         if x == 0.0:
             return f"< {self.lowest:.3g}"
-        return f"{x:.3g}"
+        return f"{x:{spec}}"
 
     def text(self) -> str:
         interval = ""

@@ -76,6 +76,7 @@ from errors import InputError, exit_on_input_error
 
 if TYPE_CHECKING:
     import config
+    from experiments.report import Speedup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "results")
@@ -98,43 +99,44 @@ def read_speedups(path: str) -> dict[str, dict]:
                                      "speedup": float(row["speedup"]),
                                      "low": float(row["low"]) if row["low"] else None,
                                      "high": float(row["high"]) if row["high"] else None,
-                                     "lowest": float(row["lowest"]) if row.get("lowest") else None,
-                                     "highest": float(row["highest"]) if row.get("highest") else None}
+                                     # (the ladder's ends; a file written before they were: 0 and inf)
+                                     "lowest": float(row.get("lowest") or 0.0),
+                                     "highest": float(row.get("highest") or math.inf)}
+            parsed = out[row["optimizer"]]  # (a speedup's inf and 0 are bounds past the ladder; a NaN is damage)
+            if not math.isfinite(parsed["loss_mean"] + parsed["loss_std"]) or any(
+                    x is not None and math.isnan(x) for x in (parsed["speedup"], parsed["low"], parsed["high"])):
+                raise ValueError("a NaN, or a loss that is not finite")
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"{path}, line {number}: not a speedups.csv row ({e}); fix the row") from None
     return out
 
 
-def bound_text(x: float, row: dict) -> str:
-    """A speedup or an interval's end to 2 decimals; past AdamW's ladder (inf, 0), the ladder's end it passed."""
-    if x == math.inf and row.get("highest") is not None:
-        return f"> {row['highest']:.3g}"
-    if x == 0.0 and row.get("lowest") is not None:
-        return f"< {row['lowest']:.3g}"
-    return f"{x:.2f}"
+def as_speedup(row: dict) -> Speedup:
+    """A speedups.csv row as experiments.report's Speedup, its interval's bounds and the ladder's ends with it."""
+    from experiments.report import Speedup
+
+    return Speedup(row["speedup"], row["low"], row["high"], row["lowest"], row["highest"])
 
 
-def speedup_text(row: dict) -> str:
-    """A speedups.csv row's speedup with its interval (AdamW's own, without one: as it is)."""
-    if row["low"] is None or row["high"] is None:
-        return f"{row['speedup']:g}x"
-    return f"{bound_text(row['speedup'], row)}x ({bound_text(row['low'], row)} to {bound_text(row['high'], row)})"
+def speedup_text(speedup: Speedup) -> str:
+    """A speedup with its interval to 2 decimals, a bound past AdamW's ladder as report.md writes it ("> 4");
+    AdamW's own row, without an interval, as it is."""
+    if speedup.low is None or speedup.high is None:
+        return f"{speedup.value:g}x"
+    value, low, high = (speedup.bound(x, ".2f") for x in (speedup.value, speedup.low, speedup.high))
+    return f"{value}x ({low} to {high})"
 
 
 def projected(gpu, optimizer: str, row: dict) -> str:
     """The GPU time the speedup projects on gpu's rows ('' where the optimizer has no measured row)."""
-    from experiments.report import Speedup, projected_gpu_speedup
+    from experiments.report import projected_gpu_speedup
 
     if optimizer not in gpu.rows:
         return ""
     if row["low"] is None:
-        return speedup_text({**row, "high": None})
-    known = row.get("lowest") is not None  # (an older speedups.csv has no ladder ends: its bounds print as numbers)
-    ends = (row["lowest"], row["highest"]) if known else (0.0, math.inf)
-    scaled = projected_gpu_speedup(Speedup(row["speedup"], row["low"], row["high"], *ends),
-                                   gpu.rows[REFERENCE]["whole_step_ms"], gpu.rows[optimizer]["whole_step_ms"])
-    return speedup_text({"speedup": scaled.value, "low": scaled.low, "high": scaled.high,
-                         "lowest": scaled.lowest if known else None, "highest": scaled.highest if known else None})
+        return speedup_text(as_speedup(row))
+    return speedup_text(projected_gpu_speedup(as_speedup(row), gpu.rows[REFERENCE]["whole_step_ms"],
+                                              gpu.rows[optimizer]["whole_step_ms"]))
 
 
 def mini_table(results: str = RESULTS) -> str:
@@ -167,7 +169,7 @@ def mini_table(results: str = RESULTS) -> str:
                 cells += [state, "", ""]
                 continue
             found = [f"{row['loss_mean']:.3f} ± {row['loss_std']:.3f}",
-                     speedup_text(row), projected(gpu, name, row)]
+                     speedup_text(as_speedup(row)), projected(gpu, name, row)]
             cells += [f"**{c}**" if c and best[id(group)] == name else c for c in found]
         lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
     return "\n".join(lines) + "\n"
@@ -339,7 +341,7 @@ def lr_only_table(results: str = RESULTS) -> str:
             speedup = gpu_speedup = own_interval(report)
             test = ""
         else:
-            speedup, gpu_speedup = speedup_text(row), projected(gpu, name, row)
+            speedup, gpu_speedup = speedup_text(as_speedup(row)), projected(gpu, name, row)
             test = welch_text(welch[name], p_decimals)
         cells = [LABELS.get(name, name), bold(loss_text(row), name == best), rate["learning_rate"], test,
                  bold(speedup, name == best), bold(gpu_speedup, name == best)]
@@ -414,9 +416,9 @@ def tuned_table(results: str = RESULTS) -> str:
             gpu_speedup = speedup
         else:
             test = welch_text(welch[name], p_decimals)
-            speedup = speedup_text(after)
+            speedup = speedup_text(as_speedup(after))
             gpu_speedup = projected(gpu, name, after)
-        cells = [name, loss_text(before), speedup_text(before),
+        cells = [name, loss_text(before), speedup_text(as_speedup(before)),
                  projected(gpu, name, before), search["runs"].replace(" (capped)", ", capped"), move["moved"],
                  bold(loss_text(after), name == best), seed1, test, bold(speedup, name == best),
                  bold(gpu_speedup, name == best)]
@@ -610,12 +612,12 @@ def new_2026_table(results: str = RESULTS) -> str:
         how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
         state = f"under way ({runs_text(started[name])})" if name in started else "not yet"
         protocol = ("", "") if not recipe else (state, "") if name not in tuned else (
-            loss_text(tuned[name]), speedup_text(tuned[name]))
+            loss_text(tuned[name]), speedup_text(as_speedup(tuned[name])))
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
                      f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {' | '.join(protocol)} |")
     added = added_since(results) & started.keys()  # (after the seven, best tuned first, then those under way)
     for name in sorted(added, key=lambda n: (n not in tuned, tuned[n]["loss_mean"] if n in tuned else 0.0)):
-        protocol = (loss_text(tuned[name]), speedup_text(tuned[name])) if name in tuned else (
+        protocol = (loss_text(tuned[name]), speedup_text(as_speedup(tuned[name]))) if name in tuned else (
             f"under way ({runs_text(started[name])})", "")
         lines.append(f"| {name} | added: tuned only |  |  |  |  | {' | '.join(protocol)} |")
     return "\n".join(lines) + "\n"
@@ -663,7 +665,7 @@ def tuned_baselines_table(results: str = RESULTS) -> str:
         row, (difference, p) = tuned[name], welch[name]
         test = p_decimals(p).removeprefix("p = ").removeprefix("p ") + (", ahead" if difference < 0 else ", behind")
         lines.append(f"| {name} | {baselines[name]['runs'].replace(' (capped)', ', capped')} | {loss_text(row)} | "
-                     f"{speedup_text(row)} | {test} | "
+                     f"{speedup_text(as_speedup(row))} | {test} | "
                      f"{baselines[name]['core-hours']} |")
     return "\n".join(lines) + "\n"
 

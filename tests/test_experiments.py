@@ -169,6 +169,28 @@ def test_a_hand_edited_docs_table_fails_the_check(tmp_path, monkeypatch):
         assert tables.main(["--check"]) == 0, name
 
 
+def test_a_speedups_csv_row_prints_its_bounds_and_a_nan_row_is_refused(tmp_path):
+    """speedups.csv carries AdamW's ladder's ends, so a speedup past them prints as report.md writes it; a file
+    written before the ends were still reads; a NaN is damage, named."""
+    from errors import InputError
+    from experiments import tables
+
+    header = "optimizer,setting,tokens,seeds,loss_mean,loss_std,speedup,low,high"
+    path = tmp_path / "speedups.csv"
+    path.write_text(f"{header},lowest,highest\nA,s,1,4,1.6,0.02,3.99,3.8,inf,0.25,4\n"
+                    "B,s,1,4,2.6,0.02,0.3,0,0.4,0.25,4\n")
+    rows = tables.read_speedups(str(path))
+    assert tables.speedup_text(tables.as_speedup(rows["A"])) == "3.99x (3.80 to > 4)"
+    assert tables.speedup_text(tables.as_speedup(rows["B"])) == "0.30x (< 0.25 to 0.40)"
+    path.write_text(f"{header}\nAdamW,s,1,4,2.3,0.02,1,,\nC,s,1,4,1.6,0.02,2.5,2.25,2.75\n")  # (no ends)
+    rows = tables.read_speedups(str(path))
+    texts = [tables.speedup_text(tables.as_speedup(rows[name])) for name in ("AdamW", "C")]
+    assert texts == ["1x", "2.50x (2.25 to 2.75)"]
+    path.write_text(f"{header}\nC,s,1,4,nan,0.02,2.5,2.25,2.75\n")
+    with pytest.raises(InputError, match="line 2: not a speedups.csv row \\(a NaN"):
+        tables.read_speedups(str(path))
+
+
 def test_a_stale_table_is_rewritten_and_check_names_it(tmp_path):
     from experiments import tables
 
@@ -176,8 +198,9 @@ def test_a_stale_table_is_rewritten_and_check_names_it(tmp_path):
     fresh = tables.render(stale)
     assert fresh.startswith("before\n<!-- table:mini -->\n| optimizer |") and fresh.endswith("<!-- /table -->\nafter\n")
     assert "| Muon | 2.032 ± 0.005 | 2.82x (2.64 to 3.05) | 2.22x (2.08 to 2.40) | 1.740 ± 0.008 |" in fresh
-    assert "| NorDion2 | (added after these runs) | | | **1.637 ± 0.017** | **3.99x (3.80 to > 4)** |" in fresh  # (the best;
-    assert "| Dion2 | (added after these runs) | | | 1.706 ± 0.013 | 3.54x (3.39 to 3.68) |" in fresh  # past the ladder)
+    # the best row, its interval's top past AdamW's ladder
+    assert "| NorDion2 | (added after these runs) | | | **1.637 ± 0.017** | **3.99x (3.80 to > 4)** |" in fresh
+    assert "| Dion2 | (added after these runs) | | | 1.706 ± 0.013 | 3.54x (3.39 to 3.68) |" in fresh
     assert "| Dion | (added after these runs) | | | 1.720 ± 0.012 | 3.46x (3.33 to 3.59) |" in fresh
     assert tables.render(fresh) == fresh
     from errors import InputError

@@ -129,6 +129,16 @@ def test_no_runs_is_an_error(tmp_path):
         report.main([str(tmp_path)])
 
 
+def test_a_nan_validation_loss_is_a_damaged_file_named_and_nothing_is_written(tmp_path, capsys):
+    write_run(tmp_path / "runs" / "ok", [11.0, 3.0], optimizer="adamw")
+    write_run(tmp_path / "runs" / "damaged", [11.0, float("nan")], optimizer="adamw")  # (train.py stops instead)
+    with pytest.raises(SystemExit, match="2"):
+        report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "report")])
+    error = capsys.readouterr().err
+    assert "damaged/metrics.jsonl: validation loss nan at step 100, which train.py never writes" in error
+    assert not (tmp_path / "report").exists()
+
+
 @pytest.mark.parametrize("tokens, text", [(5_000_232_960, "5B"), (49_152_000_000, "49.2B"), (61_440, "61.4K"), (512, "512")])
 def test_token_counts_read_like_the_papers(tokens, text):
     assert report.format_tokens(tokens) == text
