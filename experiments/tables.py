@@ -35,6 +35,9 @@ Tables:
   tuned_baselines  docs/reproducing.md's table of the benchmarks' baselines tuned after the first seven:
          results/tune/tuning.md (search runs, core-hours), results/tune/speedups.csv (tuned seeds, speedup over the
          tuned AdamW) and results/tune/report.md (the Welch test against the tuned AdamW).
+  compare  docs/reproducing.md's table of the rows experiments.compare made: results/compare/<name>/ (row.md, tuning.md,
+         tuning.csv and tuned.json), a variant of a mini recipe beside the recipe's tuned seeds (results/tune/report.md)
+         with Welch's test of what its setting changed.
   trend  docs/reproducing.md's table of the speedup's trend: experiments.trend's (each optimizer at the testbed's three
          points, the field's, and GPT-2 small's projection).
   rankings  docs/reproducing.md's table of the learning-rate-only testbed beside the 2025 benchmarks' rankings:
@@ -670,6 +673,64 @@ def tuned_baselines_table(results: str = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tuned_seeds(folder: str, recipe: str) -> list[float]:
+    """The best validation losses of a search's tuned point at its seeds, from the folder's tuned.json (the point)
+    and tuning.csv (every run: its point's values, its seed, its loss)."""
+    import json
+
+    try:
+        with open(os.path.join(folder, "tuned.json")) as f:
+            point = json.load(f)[recipe]
+    except (OSError, KeyError, ValueError) as e:
+        raise InputError(f"{folder}/tuned.json holds no tuned point of {recipe} ({e}); rerun experiments.tune "
+                         "--report-only over its runs") from None
+    runs = read_csv(os.path.join(folder, "tuning.csv"))
+    losses = [float(r["best_val_loss"]) for r in runs
+              if r["recipe"] == recipe and dict(v.split("=", 1) for v in r["values"].split(",")) == point]
+    if len(losses) < 2:
+        raise InputError(f"{folder}/tuning.csv: {recipe}'s tuned point has {len(losses)} seed(s), not 4; rerun "
+                         "its experiments.compare command to finish the protocol")
+    return losses
+
+
+def compare_table(results: str = RESULTS) -> str:
+    """docs/reproducing.md's table of the rows experiments.compare made (results/compare/<name>/, one folder per
+    row): each row's tuned seeds, its speedup over the tuned AdamW and Welch's p against it (its row.md), its search
+    runs (its tuning.md); for a variant of a mini recipe (<recipe>+<setting>...), the recipe's own tuned seeds
+    (results/tune/report.md) and what the setting changed: the difference of the means and Welch's p."""
+    import statistics
+
+    from config.cells import mini_recipes
+    from experiments.report import welch
+
+    base_seeds = seed_losses(os.path.join(results, "tune", "report.md"))
+    lines = ["| row (results/compare/) | tuned by the protocol, seeds 1-4 | speedup over the tuned AdamW | Welch p "
+             "against it | search runs | its recipe without the setting, tuned | the setting's effect (Welch, p) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    folder = os.path.join(results, "compare")
+    rows = []
+    for name in sorted(os.listdir(folder)):
+        here = os.path.join(folder, name)
+        seeds = tuned_seeds(here, name)
+        row = report_table(os.path.join(here, "row.md"), "optimizer")[0]
+        search = next((r for r in report_table(os.path.join(here, "tuning.md"), "recipe") if r["recipe"] == name),
+                      None)
+        if search is None:
+            raise InputError(f"{here}/tuning.md has no row of {name}; rerun its experiments.compare command")
+        recipe = name.split("+")[0]
+        without = effect = ""
+        if "+" in name and recipe in mini_recipes():
+            theirs = base_seeds[recipe_display_name(recipe)]
+            difference, _, p = welch(seeds, theirs)
+            without = f"{statistics.mean(theirs):.3f} ± {statistics.stdev(theirs):.3f}"
+            effect = f"{difference:+.3f}, {p_decimals(repr(p))}"
+        against_adamw = p_decimals(row["Welch's p against AdamW"].removeprefix("p = "))
+        rows.append((statistics.mean(seeds), f"| `{name}` | {statistics.mean(seeds):.3f} ± "
+                     f"{statistics.stdev(seeds):.3f} | {interval_text(row['speedup over tuned AdamW'])} | "
+                     f"{against_adamw} | {search['runs'].replace(' (capped)', ', capped')} | {without} | {effect} |"))
+    return "\n".join(lines + [line for _, line in sorted(rows)]) + "\n"
+
+
 def tau_text(tau: float, p: float) -> str:
     return f"{tau:.2f} (p < 0.001)" if p < 0.001 else f"{tau:.2f} ({p_significant(f'{p:.3g}')})"
 
@@ -707,7 +768,8 @@ def trend_table(results: str = RESULTS) -> str:
 TABLES = {"mini": mini_table, "mini_lr": lr_only_table, "tuned": tuned_table, "ladder": ladder_table,
           "llama": llama_table, "llama_tuned": llama_tuned_table, "new_2026": new_2026_table,
           "new_2026_llama": new_2026_llama_table,
-          "tuned_baselines": tuned_baselines_table, "rankings": rankings_table, "trend": trend_table}
+          "tuned_baselines": tuned_baselines_table, "compare": compare_table, "rankings": rankings_table,
+          "trend": trend_table}
 
 
 def render(text: str, results: str = RESULTS) -> str:

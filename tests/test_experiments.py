@@ -87,6 +87,7 @@ DOCS_TABLES = {
     "new_2026": "| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) |",
     "new_2026_llama": "| optimizer | mini recipe | GPT-2 mini | Llama mini | vs the tuned Llama AdamW (Welch, p) |",
     "tuned_baselines": "| optimizer | search runs | tuned, seeds 1-4 | over the tuned AdamW | Welch p | core-hours |",
+    "compare": "| row (results/compare/) | tuned by the protocol, seeds 1-4 | speedup over the tuned AdamW |",
     "rankings": "| benchmark | their order, best first | here | Kendall's tau (p) |",
     "trend": "| optimizer | the mini (0.44M, 2.4 tokens per parameter) | 4x the tokens",
 }
@@ -100,7 +101,7 @@ def regions(text: str) -> dict[str, str]:
 
 @pytest.mark.quick
 def test_the_reproducing_pages_tables_are_generated():
-    """docs/reproducing.md's learning-rate-only, tuned, tuned baselines', ranking, mini Llama (carried over and tuned
+    """docs/reproducing.md's learning-rate-only, tuned, tuned baselines', compare, ranking, mini Llama (carried over and tuned
     on it), ladder, 2026 (GPT-2 and Llama) and trend tables are marked regions, each what experiments.tables makes of the committed results (a row of each
     pinned), and an emptied region is rewritten to the same bytes."""
     from experiments import tables
@@ -135,6 +136,7 @@ def test_the_reproducing_pages_tables_are_generated():
             in found["new_2026_llama"])
     assert "| Kron | 29, capped | 1.945 ± 0.079 | 2.35x (1.78 to 2.94) | 0.002, ahead | 1.3 |" in found["tuned_baselines"]
     assert "| Signum | 15 | 2.544 ± 0.012 | 0.43x (0.39 to 0.48) | < 0.001, behind | 0.5 |" in found["tuned_baselines"]
+    assert "| `torch_optim_Muon` | 2.114 ± 0.005 | 1.61x (1.51 to 1.70) | p < 0.001 | 11 |  |  |" in found["compare"]
     assert "| Muon |" not in found["tuned_baselines"] and found["tuned_baselines"].count("\n") == 2 + 12
     assert ("| Semenov et al. 124M, to 16.8B tokens | AdEMAMix > ADOPT, Moonlight, SOAP > AdamW > Lion, MARS-approx, "
             "Prodigy, Schedule-Free AdamW, Signum, Sophia | Moonlight > SOAP > Schedule-Free AdamW > ADOPT > AdamW > "
@@ -167,6 +169,48 @@ def test_a_hand_edited_docs_table_fails_the_check(tmp_path, monkeypatch):
         assert page.read_text() == edited
         assert tables.main([]) == 0 and page.read_text() == original, name
         assert tables.main(["--check"]) == 0, name
+
+
+def test_a_compare_row_of_a_variant_is_tested_against_its_recipe(tmp_path):
+    """The compare table reads each results/compare/<name>/ folder: a variant's tuned seeds (tuned.json's point in
+    tuning.csv, not its sensitivity runs), its row.md's speedup and p, its tuning.md's runs, and Welch's test against
+    its recipe's tuned seeds in results/tune/report.md; a point with one seed is named, not averaged."""
+    import statistics
+
+    from scipy.stats import ttest_ind
+
+    from errors import InputError
+    from experiments import tables
+
+    results = tmp_path / "results"
+    (results / "tune").mkdir(parents=True)
+    shutil.copy(REPO / "results" / "tune" / "report.md", results / "tune" / "report.md")
+    muon = tables.seed_losses(str(results / "tune" / "report.md"))["Muon"]
+    variant = results / "compare" / "muon+muon_eq_True"
+    variant.mkdir(parents=True)
+    (variant / "tuned.json").write_text(json.dumps({"muon+muon_eq_True": {"learning_rate": "0.04",
+                                                                         "muon_momentum": "0.85"}}))
+    mine = [1.70, 1.71, 1.72, 1.74]
+    rows = [f'muon+muon_eq_True,"learning_rate=0.04,muon_momentum=0.85",{seed},{loss}'
+            for seed, loss in enumerate(mine, start=1)]
+    rows.append('muon+muon_eq_True,"learning_rate=0.08,muon_momentum=0.85",1,1.60')  # (the 2x run: not a seed)
+    (variant / "tuning.csv").write_text("recipe,values,seed,best_val_loss\n" + "\n".join(rows) + "\n")
+    (variant / "tuning.md").write_text("| recipe | runs | noise |\n| --- | --- | --- |\n"
+                                       "| adamw | 30 | 0.0100 |\n| muon+muon_eq_True | 17 (capped) | 0.0100 |\n")
+    (variant / "row.md").write_text(
+        "| optimizer | best val loss (seeds 1-4) | speedup over tuned AdamW | projected GPU-time speedup | Welch's p "
+        "against AdamW | rank by loss |\n| --- | --- | --- | --- | --- | --- |\n"
+        "| Muon | 1.718 ± 0.017 | 3.6x (3.41 to > 4) |  | p = 0.0042 | 1 of 30 |\n")
+    table = tables.compare_table(str(results))
+    difference = statistics.mean(mine) - statistics.mean(muon)
+    p = float(ttest_ind(mine, muon, equal_var=False).pvalue)
+    assert table.splitlines()[2] == (
+        f"| `muon+muon_eq_True` | 1.718 ± 0.017 | 3.60x (3.41 to > 4.00) | p = 0.004 | 17, capped | "
+        f"{statistics.mean(muon):.3f} ± {statistics.stdev(muon):.3f} | {difference:+.3f}, "
+        f"{tables.p_decimals(repr(p))} |"), table
+    (variant / "tuning.csv").write_text("recipe,values,seed,best_val_loss\n" + rows[0] + "\n")
+    with pytest.raises(InputError, match="tuned point has 1 seed"):
+        tables.compare_table(str(results))
 
 
 def test_a_speedups_csv_row_prints_its_bounds_and_a_nan_row_is_refused(tmp_path):
