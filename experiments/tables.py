@@ -604,25 +604,31 @@ def new_2026_table(results: str = RESULTS) -> str:
     loss = mean_losses(path)
     shown = [n for n in speedups if n in NEW_2026 or n in (REFERENCE, "Muon")]
     tuned = read_speedups(os.path.join(results, "tune", "speedups.csv"))  # (each as its tuning finishes)
+    tuned_welch = welch_against(os.path.join(results, "tune", "report.md"), REFERENCE)
     started = begun(results)
+
+    def protocol_row(name: str, state: str) -> str:  # (its loss, Welch test and speedup, or how far it has got)
+        if name not in tuned:
+            return f"{state} |  | "
+        return (f"{loss_text(tuned[name])} | {welch_text(tuned_welch[name], p_decimals)} | "
+                f"{speedup_text(as_speedup(tuned[name]))}")
+
     lines = ["| optimizer | mini recipe | learning rate | best val loss | vs the tuned AdamW (Welch, p) | "
-             "speedup over the tuned AdamW (95% interval) | tuned by the protocol, seeds 1-4 | its speedup |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "speedup over the tuned AdamW (95% interval) | tuned by the protocol, seeds 1-4 | its Welch test | "
+             "its speedup |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in sorted(shown, key=lambda n: float(speedups[n]["best val loss"])):
         recipe = NEW_2026.get(name)
         rate = learning_rate_text(f"{mini_recipe_config(recipe).learning_rate:g}") if recipe else ""
         test = "" if name == REFERENCE else welch_text(welch[name], p_decimals)
         how = "Moonlight's tuned" if recipe == "muonclip" else "learning rate" if recipe else "tuned"
         state = f"under way ({runs_text(started[name])})" if name in started else "not yet"
-        protocol = ("", "") if not recipe else (state, "") if name not in tuned else (
-            loss_text(tuned[name]), speedup_text(as_speedup(tuned[name])))
+        protocol = protocol_row(name, state) if recipe else " |  | "
         lines.append(f"| {LABELS.get(name, name)} | {how} | {rate} | {loss[name]} | "
-                     f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {' | '.join(protocol)} |")
+                     f"{test} | {interval_text(speedups[name]['speedup (95% interval)'])} | {protocol} |")
     added = added_since(results) & started.keys()  # (after the seven, best tuned first, then those under way)
     for name in sorted(added, key=lambda n: (n not in tuned, tuned[n]["loss_mean"] if n in tuned else 0.0)):
-        protocol = (loss_text(tuned[name]), speedup_text(as_speedup(tuned[name]))) if name in tuned else (
-            f"under way ({runs_text(started[name])})", "")
-        lines.append(f"| {name} | added: tuned only |  |  |  |  | {' | '.join(protocol)} |")
+        state = f"under way ({runs_text(started[name])})"
+        lines.append(f"| {name} | added: tuned only |  |  |  |  | {protocol_row(name, state)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -131,7 +131,10 @@ def test_the_reproducing_pages_tables_are_generated():
     assert "| MARS-exact − AdamW (Welch p) | −0.049 (0.60) | +0.012 (0.32) | −0.102 (0.047) |" in found["ladder"]
     assert "| NorMuon | learning rate | 2e-2 | 1.912 ± 0.002 | -0.368, p < 0.001 | 2.48x (2.40 to 2.55) |" \
         in found["new_2026"]
-    assert "| Dion2 | added: tuned only |  |  |  |  | 1.706 ± 0.013 | 3.54x (3.39 to 3.68) |" in found["new_2026"]
+    assert "| Dion2 | added: tuned only |  |  |  |  | 1.706 ± 0.013 | -0.574, p < 0.001 | 3.54x (3.39 to 3.68) |" \
+        in found["new_2026"]
+    assert "| AdamH | learning rate | 3.6e-2 | 2.335 ± 0.008 | +0.054, p = 0.01 | 0.83x (0.71 to 0.95) | 2.289 ± 0.004 | " \
+        "+0.008, p = 0.51 | 0.97x (0.87 to 1.07) |" in found["new_2026"]
     assert ("| Shampoo | learning rate | 2.135 ± 0.013 | 1.694 ± 0.019 | +0.071, p = 0.0099 | 0.88x (0.81 to 0.96) |"
             in found["new_2026_llama"])
     assert "| Kron | 29, capped | 1.945 ± 0.079 | 2.35x (1.78 to 2.94) | 0.002, ahead | 1.3 |" in found["tuned_baselines"]
