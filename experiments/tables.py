@@ -691,9 +691,13 @@ def tuned_seeds(folder: str, recipe: str) -> list[float]:
         raise InputError(f"{folder}/tuned.json holds no tuned point of {recipe} ({e}); rerun experiments.tune "
                          "--report-only over its runs") from None
     runs = read_csv(os.path.join(folder, "tuning.csv"))
-    losses = [float(r["best_val_loss"]) for r in runs
-              if r["recipe"] == recipe and dict(v.split("=", 1) for v in r["values"].split(",")) == point]
-    if len(losses) < 2:
+    try:
+        losses = [float(r["best_val_loss"]) for r in runs
+                  if r["recipe"] == recipe and dict(v.split("=", 1) for v in r["values"].split(",")) == point]
+    except (KeyError, ValueError) as e:
+        raise InputError(f"{folder}/tuning.csv: not experiments.tune's tuning.csv ({e}); rerun experiments.tune "
+                         "--report-only over its runs") from None
+    if len(losses) < 4:  # (seeds 1-4: a row of fewer is a protocol stopped short)
         raise InputError(f"{folder}/tuning.csv: {recipe}'s tuned point has {len(losses)} seed(s), not 4; rerun "
                          "its experiments.compare command to finish the protocol")
     return losses
@@ -714,9 +718,13 @@ def compare_table(results: str = RESULTS) -> str:
              "against it | search runs | its recipe without the setting, tuned | the setting's effect (Welch, p) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     folder = os.path.join(results, "compare")
+    if not os.path.isdir(folder):
+        raise InputError(f"{folder} is missing; it is a committed result: restore it")
     rows = []
     for name in sorted(os.listdir(folder)):
         here = os.path.join(folder, name)
+        if not os.path.isdir(here) or name.endswith("_llama"):  # (a mini Llama row has its own testbed's AdamW)
+            continue
         seeds = tuned_seeds(here, name)
         row = report_table(os.path.join(here, "row.md"), "optimizer")[0]
         search = next((r for r in report_table(os.path.join(here, "tuning.md"), "recipe") if r["recipe"] == name),
@@ -726,7 +734,10 @@ def compare_table(results: str = RESULTS) -> str:
         recipe = name.split("+")[0]
         without = effect = ""
         if "+" in name and recipe in mini_recipes():
-            theirs = base_seeds[recipe_display_name(recipe)]
+            theirs = base_seeds.get(recipe_display_name(recipe))
+            if theirs is None:
+                raise InputError(f"results/tune/report.md has no tuned {recipe} to test {name} against; tune it "
+                                 "(scripts/tune_mini.sh) first")
             difference, _, p = welch(seeds, theirs)
             without = f"{statistics.mean(theirs):.3f} ± {statistics.stdev(theirs):.3f}"
             effect = f"{difference:+.3f}, {p_decimals(repr(p))}"

@@ -177,7 +177,7 @@ def test_a_hand_edited_docs_table_fails_the_check(tmp_path, monkeypatch):
 def test_a_compare_row_of_a_variant_is_tested_against_its_recipe(tmp_path):
     """The compare table reads each results/compare/<name>/ folder: a variant's tuned seeds (tuned.json's point in
     tuning.csv, not its sensitivity runs), its row.md's speedup and p, its tuning.md's runs, and Welch's test against
-    its recipe's tuned seeds in results/tune/report.md; a point with one seed is named, not averaged."""
+    its recipe's tuned seeds in results/tune/report.md; a point short of its four seeds is named, not averaged."""
     import statistics
 
     from scipy.stats import ttest_ind
@@ -204,15 +204,17 @@ def test_a_compare_row_of_a_variant_is_tested_against_its_recipe(tmp_path):
         "| optimizer | best val loss (seeds 1-4) | speedup over tuned AdamW | projected GPU-time speedup | Welch's p "
         "against AdamW | rank by loss |\n| --- | --- | --- | --- | --- | --- |\n"
         "| Muon | 1.718 ± 0.017 | 3.6x (3.41 to > 4) |  | p = 0.0042 | 1 of 30 |\n")
+    (results / "compare" / "README.md").write_text("what the folder holds\n")  # (a file, not a row)
     table = tables.compare_table(str(results))
+    assert table.count("\n") == 3, table
     difference = statistics.mean(mine) - statistics.mean(muon)
     p = float(ttest_ind(mine, muon, equal_var=False).pvalue)
     assert table.splitlines()[2] == (
         f"| `muon+muon_eq_True` | 1.718 ± 0.017 | 3.60x (3.41 to > 4.00) | p = 0.004 | 17, capped | "
         f"{statistics.mean(muon):.3f} ± {statistics.stdev(muon):.3f} | {difference:+.3f}, "
         f"{tables.p_decimals(repr(p))} |"), table
-    (variant / "tuning.csv").write_text("recipe,values,seed,best_val_loss\n" + rows[0] + "\n")
-    with pytest.raises(InputError, match="tuned point has 1 seed"):
+    (variant / "tuning.csv").write_text("recipe,values,seed,best_val_loss\n" + "\n".join(rows[:3]) + "\n")
+    with pytest.raises(InputError, match="tuned point has 3 seed"):
         tables.compare_table(str(results))
 
 
