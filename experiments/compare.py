@@ -11,7 +11,8 @@ tuned point; the 0.5x/2x sensitivity), then its speedup on the tuned AdamW's bud
 
 The name is a mini recipe (config.cells), a registry optimizer (its first mini recipe) or package.module:Name
 (optim/external.py). For a mini recipe the train.py settings after it make a variant of it, searched as the recipe
-is (a key its search tunes is refused: its start is the recipe's), named <recipe>+<key>_<value>...; for an external
+is, with the keys a setting brings (SETTING_KEYS: an EMA's decay) beside the recipe's (a key its search tunes is
+refused: its start is the recipe's), named <recipe>+<key>_<value>...; for an external
 optimizer they are its starting point (its learning rate first). The tuned
 AdamW is the committed one (results/tune/runs.tar.xz, or results/tune_llama's with --llama): its runs are unpacked
 into the folder and read, never rerun. Before any run the command prints how many runs the protocol takes and
@@ -48,10 +49,17 @@ TESTBEDS = {  # the tuned AdamW of each testbed: the archive of its tuning, the 
 }
 
 
+# The keys a setting brings, which the variant's search tunes beside its recipe's: an average's horizon, as an
+# optimizer's momentum is (experiments.tune's LADDERS; epfml's EMA, a point every 10 steps at decay 0.95, is a
+# horizon of 200 steps, sized for runs of thousands: on the mini's 256 it is most of the run, the initial weights too)
+SETTING_KEYS = {("weight_averaging", "ema"): ("ema_decay",), ("weight_averaging", "uniform"): ("averaging_start",)}
+
+
 def recipe_for(name: str, settings: list[str]) -> tuple[str, "MiniRecipe"]:
     """The recipe to tune: a mini recipe or a registry optimizer's first, with the settings given on top (a variant
-    of it: nanochat's Muon, weight averaging, ...; never a key its search tunes), or an optimizer from outside the
-    project with the settings given (its own keys tuned: the warmup, beside the learning rate and weight decay)."""
+    of it: nanochat's Muon, weight averaging, ...; never a key its search tunes; a setting's own keys, SETTING_KEYS,
+    searched with the recipe's), or an optimizer from outside the project with the settings given (its own keys
+    tuned: the warmup, beside the learning rate and weight decay)."""
     from config.cells import MINI_RECIPES, MiniRecipe, mini_recipes
     from optim.external import is_import_path
 
@@ -63,14 +71,15 @@ def recipe_for(name: str, settings: list[str]) -> tuple[str, "MiniRecipe"]:
         recipe = name if name in recipes else next(iter(MINI_RECIPES[name]))
         if not settings:
             return recipe, recipes[recipe]
-        searched = {"learning_rate", "weight_decay", *recipes[recipe].tune}  # (tune.default_keys)
+        brought = tuple(k for s in settings for k in SETTING_KEYS.get(tuple(s[2:].split("=", 1)), ()))
+        searched = {"learning_rate", "weight_decay", *recipes[recipe].tune, *brought}  # (tune.default_keys)
         tuned = [s for s in settings if s[2:].split("=")[0] in searched]
         if tuned:
             raise InputError(f"{name} is tuned from its mini recipe (config/mini_*.py): leave out {tuned[0]}, a key "
                              "its search tunes")
         variant = "+".join([recipe, *(re.sub(r"\W+", "_", s[2:]) for s in settings)])
         base = recipes[recipe]
-        return variant, MiniRecipe(" ".join([base.args, *settings]), base.learning_rates, base.tune)
+        return variant, MiniRecipe(" ".join([base.args, *settings]), base.learning_rates, (*base.tune, *brought))
     if not is_import_path(name):
         raise InputError(f"no mini recipe or registry optimizer {name!r}, and not package.module:Name; the recipes "
                          f"are {', '.join(recipes)}")

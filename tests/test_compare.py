@@ -32,6 +32,27 @@ def test_the_recipe_for_a_name():
     assert recipe == dataclasses.replace(muon, args=muon.args + " --muon_eq=True --cautious_weight_decay=True")
     with pytest.raises(InputError, match="no mini recipe or registry optimizer 'muonn'"):
         compare.recipe_for("muonn", [])
+    # a setting that brings keys of its own: they are searched with the recipe's, so they are not given
+    adamw = compare.recipe_for("adamw", [])[1]
+    name, recipe = compare.recipe_for("adamw", ["--weight_averaging=ema", "--averaging_interval=1"])
+    assert name == "adamw+weight_averaging_ema+averaging_interval_1" and recipe.tune == (*adamw.tune, "ema_decay")
+    with pytest.raises(InputError, match="leave out --ema_decay=0.9, a key its search tunes"):
+        compare.recipe_for("adamw", ["--weight_averaging=ema", "--ema_decay=0.9"])
+    assert compare.recipe_for("adamw", ["--weight_averaging=uniform"])[1].tune == (*adamw.tune, "averaging_start")
+
+
+@pytest.mark.quick
+def test_a_settings_own_keys_have_ladders_the_config_takes():
+    """Each key a setting brings (SETTING_KEYS) has a ladder in experiments.tune, and every value of it, beside its
+    setting, is a config train.py accepts on the mini."""
+    from experiments.tune import LADDERS
+    from optim import load_config
+
+    for (key, value), brought in compare.SETTING_KEYS.items():
+        for own in brought:
+            for rung in LADDERS[own]:
+                cfg = load_config(["config/mini.py", "config/mini_adamw.py", f"--{key}={value}", f"--{own}={rung}"])
+                assert getattr(cfg, own) == rung and getattr(cfg, key) == value
 
 
 def test_the_estimate_and_the_row_from_the_committed_tuned_adamw(tmp_path):
