@@ -51,7 +51,7 @@ TESTBEDS = {  # the tuned AdamW of each testbed: the archive of its tuning, the 
 
 # The keys a setting brings, which the variant's search tunes beside its recipe's: an average's horizon, as an
 # optimizer's momentum is (experiments.tune's LADDERS; epfml's EMA, a point every 10 steps at decay 0.95, is a
-# horizon of 200 steps, sized for runs of thousands: on the mini's 256 it is most of the run, the initial weights too)
+# horizon of 200 steps, sized for runs of thousands: on the mini's 256 it is most of the run, step 10's weights too)
 SETTING_KEYS = {("weight_averaging", "ema"): ("ema_decay",), ("weight_averaging", "uniform"): ("averaging_start",)}
 
 
