@@ -139,14 +139,19 @@ def follow(folder: str, total: int, stop: threading.Event) -> None:
         bar.refresh()
 
 
+ROW_HEADER = ("| optimizer | best val loss (seeds 1-4) | speedup over tuned AdamW | projected GPU-time speedup | "
+              "Welch's p against AdamW | rank by loss |\n| --- | --- | --- | --- | --- | --- |")
+
+
 def the_row(folder: str, recipe: str, table: str) -> str:
     """The README's tuned-table row of the recipe: loss ± spread, speedup (interval), Welch's p against AdamW, the
     projected GPU-time speedup where measured, and the rank by loss among the committed tuned rows."""
     from experiments import report
 
     runs = [r for r in report.find_runs([os.path.join(folder, "tuned")]) if report.own_schedule(r)]
-    adamw = [r for r in runs if r.optimizer == report.REFERENCE]
     mine = [r for r in runs if os.path.join("tuned", recipe, "") in r.path]
+    # the tuned AdamW's own runs, its ladder's (tuned/adamw@<f>x) with them: never a variant's, AdamW's too
+    adamw = [r for r in runs if re.search(r"(^|/)tuned/adamw(@[^/]+)?/", r.path.replace(os.sep, "/"))]
     if not mine:
         raise InputError(f"{folder}/tuned/{recipe} holds no finished tuned point yet: rerun to finish the protocol")
     budget = mine[0].budget
@@ -158,7 +163,8 @@ def the_row(folder: str, recipe: str, table: str) -> str:
     projected = report.gpu_rows(report.read_whole_steps()).projection(mine[0].optimizer, speedup)
     with open(os.path.join(REPO, table)) as f:
         others = {row["optimizer"]: float(row["loss_mean"]) for row in csv.DictReader(f)}
-    others.pop(mine[0].optimizer, None)
+    if "+" not in recipe:  # (a recipe tuned again replaces its row; a variant ranks beside its recipe's)
+        others.pop(mine[0].optimizer, None)
     mean = statistics.mean(losses)
     rank = 1 + sum(loss < mean for loss in others.values())
     return (f"| {mine[0].optimizer} | {mean:.3f} ± {statistics.stdev(losses):.3f} | {speedup.text()} | "
@@ -199,11 +205,9 @@ def main(argv: list[str] | None = None) -> str:
             stop.set()
             bar.join()
         row = the_row(folder, recipe, table)
-    header = ("| optimizer | best val loss (seeds 1-4) | speedup over tuned AdamW | projected GPU-time speedup | "
-              "Welch's p against AdamW | rank by loss |\n| --- | --- | --- | --- | --- | --- |")
     with open(os.path.join(folder, "row.md"), "w") as f:
-        f.write(header + "\n" + row + "\n")
-    print(header + "\n" + row)
+        f.write(ROW_HEADER + "\n" + row + "\n")
+    print(ROW_HEADER + "\n" + row)
     return row
 
 

@@ -4,6 +4,7 @@ point is the tuned AdamW's own runs must come out at 1x, p = 1)."""
 
 import dataclasses
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -70,3 +71,31 @@ def test_the_estimate_and_the_row_from_the_committed_tuned_adamw(tmp_path):
                    os.path.join(folder, "tuned", "twin", "base", f"seed{seed}"))
     row = compare.the_row(folder, "twin", "results/tune/speedups.csv")
     assert row.startswith("| AdamW | 2.281 ± 0.023 | 1x (") and "| p = 1 |" in row, row
+    # a variant of AdamW (its runs are AdamW's too) is tested against the tuned AdamW's seeds alone, on their ladder,
+    # and ranked beside AdamW's row: here AdamW's seeds 0.05 lower
+    import json
+    import statistics
+
+    from scipy.stats import ttest_ind
+
+    losses = {}
+    for seed in (1, 2, 3, 4):
+        source = os.path.realpath(os.path.join(folder, "tuned", "adamw", "base", f"seed{seed}"))
+        target = os.path.join(folder, "tuned", "adamw+lower", "base", f"seed{seed}")
+        os.makedirs(target)
+        shutil.copy(os.path.join(source, "config.json"), target)
+        with open(os.path.join(source, "metrics.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        for r in rows:
+            if "val_loss" in r:
+                r["val_loss"] -= 0.05
+        with open(os.path.join(target, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        losses[seed] = min(r["val_loss"] for r in rows if "val_loss" in r)
+    adamw = [loss + 0.05 for loss in losses.values()]
+    row = compare.the_row(folder, "adamw+lower", "results/tune/speedups.csv")
+    p = ttest_ind(list(losses.values()), adamw, equal_var=False).pvalue
+    assert row.startswith(f"| AdamW | {statistics.mean(losses.values()):.3f} ± ") and f"| p = {p:.2g} |" in row, row
+    speedup = float(row.split(" | ")[2].split("x")[0])
+    assert speedup > 1.1, row
+    assert row.endswith(" of 30 |"), row  # (the 29 tuned rows, AdamW's among them, and this one)
