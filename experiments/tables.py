@@ -694,7 +694,7 @@ def tuned_seeds(folder: str, recipe: str) -> list[float]:
     try:
         losses = [float(r["best_val_loss"]) for r in runs
                   if r["recipe"] == recipe and dict(v.split("=", 1) for v in r["values"].split(",")) == point]
-    except (KeyError, ValueError) as e:
+    except (KeyError, ValueError, TypeError, AttributeError) as e:  # (a cut row's cells read as None)
         raise InputError(f"{folder}/tuning.csv: not experiments.tune's tuning.csv ({e}); rerun experiments.tune "
                          "--report-only over its runs") from None
     if len(losses) < 4:  # (seeds 1-4: a row of fewer is a protocol stopped short)

@@ -109,7 +109,7 @@ LADDERS = {  # each tuned key's values, in order; a recipe's own value joins its
     # the mini model's largest logit is about 18 (results/mini_2026): a tau above it never clips
     "qk_clip_tau": (6.25, 12.5, 25.0, 50.0, 100.0),
     # an average's horizon (experiments.compare's SETTING_KEYS): an EMA's decay per point; a uniform average's first
-    # step, its tail the last half, quarter, eighth, sixteenth of the mini's 256 steps
+    # step, its tail the last half, quarter, eighth, sixteenth of the mini's 256 steps (at a point a step)
     "ema_decay": (0.8, 0.9, 0.95, 0.98, 0.99, 0.995),
     "averaging_start": (0, 129, 193, 225, 241),
 }
