@@ -313,6 +313,11 @@ def loss_text(row: dict) -> str:
     return f"{row['loss_mean']:.3f} ± {row['loss_std']:.3f}"
 
 
+def runs_cell(runs: str) -> str:
+    """A tuning.md runs cell as the tables give it ("29 (capped)" -> "29, capped")."""
+    return runs.replace(" (capped)", ", capped")
+
+
 def bold(text: str, yes: bool) -> str:
     return f"**{text}**" if yes and text else text
 
@@ -422,7 +427,7 @@ def tuned_table(results: str = RESULTS) -> str:
             speedup = speedup_text(as_speedup(after))
             gpu_speedup = projected(gpu, name, after)
         cells = [name, loss_text(before), speedup_text(as_speedup(before)),
-                 projected(gpu, name, before), search["runs"].replace(" (capped)", ", capped"), move["moved"],
+                 projected(gpu, name, before), runs_cell(search["runs"]), move["moved"],
                  bold(loss_text(after), name == best), seed1, test, bold(speedup, name == best),
                  bold(gpu_speedup, name == best)]
         lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
@@ -569,7 +574,7 @@ def llama_tuned_table(results: str = RESULTS) -> str:
             test = welch_text(welch[name], p_significant)
             speedup = interval_text(row["speedup (95% interval)"])
             gpu_speedup = interval_text(row[gpu_column]) if row[gpu_column] else ""  # (no GPU row measured)
-        cells = [name, carried[name], search["runs"].replace(" (capped)", ", capped"), moves[name],
+        cells = [name, carried[name], runs_cell(search["runs"]), moves[name],
                  loss[name], f"{rounded(search['0.5x lr'], 3)} / {rounded(search['2x lr'], 3)}", test, speedup,
                  gpu_speedup]
         lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
@@ -673,7 +678,7 @@ def tuned_baselines_table(results: str = RESULTS) -> str:
     for name in sorted(baselines, key=lambda n: tuned[n]["loss_mean"]):
         row, (difference, p) = tuned[name], welch[name]
         test = p_decimals(p).removeprefix("p = ").removeprefix("p ") + (", ahead" if difference < 0 else ", behind")
-        lines.append(f"| {name} | {baselines[name]['runs'].replace(' (capped)', ', capped')} | {loss_text(row)} | "
+        lines.append(f"| {name} | {runs_cell(baselines[name]['runs'])} | {loss_text(row)} | "
                      f"{speedup_text(as_speedup(row))} | {test} | "
                      f"{baselines[name]['core-hours']} |")
     return "\n".join(lines) + "\n"
@@ -739,12 +744,13 @@ def compare_table(results: str = RESULTS) -> str:
                 raise InputError(f"results/tune/report.md has no tuned {recipe} to test {name} against; tune it "
                                  "(scripts/tune_mini.sh) first")
             difference, _, p = welch(seeds, theirs)
-            without = f"{statistics.mean(theirs):.3f} ± {statistics.stdev(theirs):.3f}"
+            without = loss_text({"loss_mean": statistics.mean(theirs), "loss_std": statistics.stdev(theirs)})
             effect = f"{difference:+.3f}, {p_decimals(repr(p))}"
         against_adamw = p_decimals(row["Welch's p against AdamW"].removeprefix("p = "))
-        rows.append((statistics.mean(seeds), f"| `{name}` | {statistics.mean(seeds):.3f} ± "
-                     f"{statistics.stdev(seeds):.3f} | {interval_text(row['speedup over tuned AdamW'])} | "
-                     f"{against_adamw} | {search['runs'].replace(' (capped)', ', capped')} | {without} | {effect} |"))
+        mine = {"loss_mean": statistics.mean(seeds), "loss_std": statistics.stdev(seeds)}
+        rows.append((mine["loss_mean"], f"| `{name}` | {loss_text(mine)} | "
+                     f"{interval_text(row['speedup over tuned AdamW'])} | {against_adamw} | "
+                     f"{runs_cell(search['runs'])} | {without} | {effect} |"))
     return "\n".join(lines + [line for _, line in sorted(rows)]) + "\n"
 
 
