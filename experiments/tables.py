@@ -702,6 +702,9 @@ def tuned_seeds(folder: str, recipe: str) -> list[float]:
     except (KeyError, ValueError, TypeError, AttributeError) as e:  # (a cut row's cells read as None)
         raise InputError(f"{folder}/tuning.csv: not experiments.tune's tuning.csv ({e}); rerun experiments.tune "
                          "--report-only over its runs") from None
+    if not all(map(math.isfinite, losses)):  # (the tuner never records one: the file was damaged)
+        raise InputError(f"{folder}/tuning.csv: {recipe}'s tuned point has a loss that is not finite; rerun "
+                         "experiments.tune --report-only over its runs")
     if len(losses) < 4:  # (seeds 1-4: a row of fewer is a protocol stopped short)
         raise InputError(f"{folder}/tuning.csv: {recipe}'s tuned point has {len(losses)} seed(s), not 4; rerun "
                          "its experiments.compare command to finish the protocol")

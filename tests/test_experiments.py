@@ -213,6 +213,10 @@ def test_a_compare_row_of_a_variant_is_tested_against_its_recipe(tmp_path):
         f"| `muon+muon_eq_True` | 1.718 ± 0.017 | 3.60x (3.41 to > 4.00) | p = 0.004 | 17, capped | "
         f"{statistics.mean(muon):.3f} ± {statistics.stdev(muon):.3f} | {difference:+.3f}, "
         f"{tables.p_decimals(repr(p))} |"), table
+    (variant / "tuning.csv").write_text("recipe,values,seed,best_val_loss\n" + "\n".join([*rows[:3], rows[3].replace(
+        ",1.74", ",nan")]) + "\n")
+    with pytest.raises(InputError, match="has a loss that is not finite"):
+        tables.compare_table(str(results))
     (variant / "tuning.csv").write_text("recipe,values,seed,best_val_loss\n" + "\n".join(rows[:3]) + "\n")
     with pytest.raises(InputError, match="tuned point has 3 seed"):
         tables.compare_table(str(results))
